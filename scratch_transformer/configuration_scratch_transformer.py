@@ -1,0 +1,102 @@
+"""Configuration of the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+The defaults are the paper's base model (Table 3, row "base"): d_model 512, 8 heads,
+6 encoder + 6 decoder layers, d_ff 2048, dropout 0.1, sinusoidal positions, post-LN,
+ReLU, embeddings scaled by sqrt(d_model), target embedding tied to the output projection.
+"""
+
+from transformers import PreTrainedConfig
+
+_ACTIVATIONS = ("relu", "gelu")
+
+
+class ScratchTransformerConfig(PreTrainedConfig):
+    r"""Hyperparameters of a [`ScratchTransformerModel`]; the single source of truth for sizes.
+
+    Args:
+        vocab_size (`int`): tokens in the vocabulary (one joint vocabulary for source and target).
+        d_model (`int`): width of every sub-layer output and embedding (paper 3.1). HF name: `hidden_size`.
+        num_heads (`int`): attention heads h; d_model must divide by it (paper 3.2.2). HF name: `num_attention_heads`.
+        encoder_layers / decoder_layers (`int`): N, the depth of each stack (paper 3.1).
+            HF name of `decoder_layers`: `num_hidden_layers` (the KV cache is sized from it).
+        d_ff (`int`): inner width of the position-wise feed-forward network (paper 3.3). HF name: `intermediate_size`.
+        dropout (`float`): residual and embedding dropout P_drop (paper 5.4), in [0, 1).
+        attention_dropout (`float`): dropout on attention weights, in [0, 1) (not in the paper; 0 by default).
+        activation_function (`str`): "relu" (paper 3.3) or "gelu".
+        pre_layer_norm (`bool`): False = the paper's post-LN, LayerNorm(x + Sublayer(x)) (paper 3.1);
+            True = pre-LN, x + Sublayer(LayerNorm(x)), with a final LayerNorm on each stack.
+        max_position_embeddings (`int`): longest sequence the sinusoidal table covers (paper 3.5).
+        scale_embedding (`bool`): multiply embeddings by sqrt(d_model) (paper 3.4).
+        share_encoder_decoder_embeddings (`bool`): one embedding matrix for source and target
+            (joint vocabulary, paper 3.4); the target embedding is always tied to the output
+            projection when `tie_word_embeddings` is True.
+        layer_norm_eps (`float`): LayerNorm epsilon.
+        pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id (`int`): special ids.
+
+    Raises:
+        ValueError: naming the field, for non-positive sizes, d_model not divisible by num_heads,
+            an unknown activation, or a dropout outside [0, 1).
+    """
+
+    model_type = "scratch_transformer"
+    keys_to_ignore_at_inference = ["cache"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "num_heads",
+        "encoder_attention_heads": "num_heads",
+        "decoder_attention_heads": "num_heads",
+        "num_hidden_layers": "decoder_layers",
+        "intermediate_size": "d_ff",
+        "encoder_ffn_dim": "d_ff",
+        "decoder_ffn_dim": "d_ff",
+    }
+
+    vocab_size: int = 10000
+    d_model: int = 512
+    num_heads: int = 8
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_function: str = "relu"
+    pre_layer_norm: bool = False
+    max_position_embeddings: int = 1024
+    scale_embedding: bool = True
+    share_encoder_decoder_embeddings: bool = False
+    layer_norm_eps: float = 1e-5
+    init_std: float | None = None
+    use_cache: bool = True
+    is_encoder_decoder: bool = True
+    tie_word_embeddings: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | None = 2
+    decoder_start_token_id: int | None = 1
+
+    def __post_init__(self, **kwargs):
+        for name in ("vocab_size", "d_model", "num_heads", "encoder_layers", "decoder_layers", "d_ff",
+                     "max_position_embeddings"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.num_heads != 0:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) (paper 3.2.2)"
+            )
+        if self.activation_function not in _ACTIVATIONS:
+            raise ValueError(f"activation_function must be one of {_ACTIVATIONS}, got {self.activation_function!r}")
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ValueError(f"{name} must be in [0, vocab_size={self.vocab_size}), got {value!r}")
+        super().__post_init__(**kwargs)
+
+
+__all__ = ["ScratchTransformerConfig"]

@@ -1,0 +1,540 @@
+"""Loading parallel text as a :class:`datasets.DatasetDict` with one column per language.
+
+Every input form ends up in the same shape: each split has exactly two string columns,
+named after the source and target language (for example ``"de"`` and ``"en"``), with
+surrounding whitespace stripped and pairs where either side is empty removed (and
+counted in a log message). Tokenisation happens elsewhere.
+
+Input forms (see :func:`load_translation_dataset`):
+
+* a folder of line-aligned files ``{split}.{lang}`` or ``{split}.{lang}.gz``
+  (for example the Multi30k ``raw`` folder: ``train.de.gz`` + ``train.en.gz``);
+* a ``.jsonl`` / ``.json`` / ``.csv`` file (optionally ``.gz``), or an explicit
+  ``data_files`` mapping ``split -> file(s)``;
+* a Hugging Face Hub dataset id (with an optional config name such as ``"de-en"``).
+
+Rows of JSON/CSV/Hub data may have either of two shapes: wmt16 style
+``{"translation": {"de": ..., "en": ...}}`` or one column per language
+``{"de": ..., "en": ...}``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import logging
+import os
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import datasets
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["load_translation_dataset"]
+
+# File endings understood by the "json" and "csv" builders of `datasets` (a trailing
+# ".gz" is allowed on top: `datasets` decompresses it on the fly).
+_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv"}
+
+# Suffixes that can never be a language code of a `{split}.{lang}` file, so that files such
+# as README.md or notes.txt lying in a data folder are not mistaken for a language.
+_NON_LANGUAGE_SUFFIXES = frozenset(
+    {"md", "txt", "rst", "json", "jsonl", "csv", "tsv", "yaml", "yml", "py", "sh", "gz", "zip", "tar", "lock",
+     "arrow", "parquet", "log", "html", "xml", "sgm", "pdf"}
+)
+
+# Order used when all splits of a folder are loaded: training first, then the usual
+# validation names, then everything else alphabetically.
+_SPLIT_ORDER = {"train": 0, "val": 1, "valid": 1, "validation": 1, "dev": 1}
+
+
+# --------------------------------------------------------------------------------------
+# public API
+# --------------------------------------------------------------------------------------
+
+
+def load_translation_dataset(
+    dataset: str,
+    src_lang: str,
+    tgt_lang: str,
+    splits: Sequence[str] | None = None,
+    dataset_config_name: str | None = None,
+    data_files: Mapping[str, str | list[str]] | None = None,
+    max_samples: Mapping[str, int] | None = None,
+) -> datasets.DatasetDict:
+    """Load parallel text as a ``DatasetDict`` with exactly the columns ``src_lang`` and ``tgt_lang``.
+
+    Args:
+        dataset: Where the data lives. One of
+
+            * an existing local folder holding line-aligned files ``{split}.{lang}`` or
+              ``{split}.{lang}.gz`` (line *i* of ``train.de`` translates line *i* of
+              ``train.en``); the split names are taken from the file names;
+            * an existing local ``.jsonl`` / ``.json`` / ``.csv`` file (``.gz`` allowed),
+              loaded as the single split ``"train"``;
+            * ``"json"`` or ``"csv"`` together with ``data_files``;
+            * anything else that does not look like a local path is taken as a Hugging
+              Face Hub dataset id and loaded with ``datasets.load_dataset(dataset,
+              dataset_config_name)``.
+        src_lang: Source language code, e.g. ``"de"``; becomes the first column.
+        tgt_lang: Target language code, e.g. ``"en"``; becomes the second column.
+        splits: Splits to return, e.g. ``("train", "val", "test_2016_flickr")``, in that
+            order. ``None`` returns every split found (for a folder: every split that has
+            files for both languages).
+        dataset_config_name: Config name of a Hub dataset (e.g. ``"de-en"`` for wmt16).
+            Ignored for local folders and files.
+        data_files: Explicit ``split -> file or list of files`` of JSON Lines / JSON / CSV
+            data. The builder is inferred from the file endings unless ``dataset`` is
+            ``"json"`` or ``"csv"``. If ``dataset`` is a local folder, relative paths are
+            resolved against it; if it is a Hub id, the files are looked up in that Hub
+            repository (``load_dataset(dataset, config, data_files=...)``).
+        max_samples: Optional cap per split, ``{"train": 1000}``: keeps the first N rows of
+            that split as read (before empty pairs are dropped, so a split can end up with
+            slightly fewer than N rows). Splits not named are not capped.
+
+    Returns:
+        A ``datasets.DatasetDict`` whose every split has exactly two ``string`` columns
+        ``[src_lang, tgt_lang]``, whitespace stripped, with no empty side. Pairs where
+        either side is empty or whitespace-only are dropped and their number is logged
+        (WARNING, logger ``scratch_transformer.data``).
+
+    Raises:
+        FileNotFoundError: a local path (the ``dataset`` argument or a file of
+            ``data_files``) does not exist; a folder has no ``{split}.{lang}[.gz]`` files
+            at all; a requested split of a folder lacks the file of one language.
+        ValueError: the two sides of a split have different line counts (both files and
+            both counts are named); ``src_lang``/``tgt_lang`` is not present (the
+            languages that are present are listed); a requested split does not exist (the
+            splits found are listed); a file is not valid UTF-8/gzip; the data has
+            neither row shape; bad arguments (same source and target language, negative
+            ``max_samples``, unsupported file type, ...).
+        Errors of ``datasets.load_dataset`` itself (e.g. an unknown Hub id) propagate.
+    """
+    _check_languages(src_lang, tgt_lang)
+    if isinstance(splits, str):  # a bare string would be iterated character by character
+        splits = [splits]
+    if splits is not None:
+        splits = list(splits)
+        if not splits:
+            raise ValueError("splits is empty: pass None to load every split, or name at least one")
+        if len(set(splits)) != len(splits):
+            raise ValueError(f"splits contains duplicates: {splits}")
+    if max_samples is not None:
+        for name, cap in max_samples.items():
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+                raise ValueError(f"max_samples[{name!r}] must be a non-negative int, got {cap!r}")
+    if not isinstance(dataset, (str, os.PathLike)) or not str(dataset):
+        raise ValueError(f"dataset must be a non-empty string (Hub id, folder or file), got {dataset!r}")
+    dataset = os.fspath(dataset)
+    local = os.path.expanduser(dataset)
+
+    if data_files is not None:
+        raw, origin = _load_data_files(dataset, data_files, dataset_config_name)
+    elif os.path.isdir(local):
+        raw, origin = _load_parallel_folder(local, src_lang, tgt_lang, splits), local
+    elif os.path.isfile(local):
+        raw, origin = _load_data_file(local), local
+    elif dataset.lower() in ("json", "csv"):
+        raise ValueError(f"dataset={dataset!r} needs data_files={{split: file(s)}}")
+    elif _looks_like_local_path(dataset):
+        raise FileNotFoundError(
+            f"dataset {dataset!r} looks like a local path but does not exist "
+            "(expected a folder of {split}.{lang}[.gz] files or a .jsonl/.json/.csv file)"
+        )
+    else:
+        logger.info("loading Hub dataset %r (config %r)", dataset, dataset_config_name)
+        raw = datasets.load_dataset(dataset, name=dataset_config_name)
+        origin = f"Hub dataset {dataset!r}" + (f" config {dataset_config_name!r}" if dataset_config_name else "")
+
+    if not isinstance(raw, datasets.DatasetDict):
+        raise ValueError(f"expected a DatasetDict from {origin}, got {type(raw).__name__}")
+
+    available = list(raw.keys())
+    if splits is None:
+        splits = available
+    unknown = [s for s in splits if s not in raw]
+    if unknown:
+        raise ValueError(f"unknown split(s) {unknown} in {origin}; splits found: {available}")
+    if max_samples:
+        typos = [s for s in max_samples if s not in raw]
+        if typos:
+            raise ValueError(f"max_samples names unknown split(s) {typos} in {origin}; splits found: {available}")
+
+    out = datasets.DatasetDict()
+    for split in splits:
+        ds = raw[split]
+        if max_samples and split in max_samples and max_samples[split] < len(ds):
+            ds = ds.select(range(max_samples[split]))
+        out[split] = _normalize_split(ds, src_lang, tgt_lang, split=split, origin=origin)
+    logger.info(
+        "loaded %s-%s from %s: %s",
+        src_lang,
+        tgt_lang,
+        origin,
+        ", ".join(f"{s}={len(d)}" for s, d in out.items()),
+    )
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# shared normalisation (every input form goes through this)
+# --------------------------------------------------------------------------------------
+
+
+def _clean(value: Any) -> str:
+    """Text of one cell, whitespace stripped; ``None`` becomes ``""``."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        value = str(value)
+    return value.strip()
+
+
+def _extract_pairs(batch: dict[str, list], src_lang: str, tgt_lang: str, mode: str) -> dict[str, list[str]]:
+    """Batched ``map`` function: pick the two languages, strip, drop pairs with an empty side."""
+    if mode == "translation":
+        pairs = (
+            (t.get(src_lang), t.get(tgt_lang)) if isinstance(t, Mapping) else (None, None)
+            for t in batch["translation"]
+        )
+    else:
+        pairs = zip(batch[src_lang], batch[tgt_lang])
+    out_src: list[str] = []
+    out_tgt: list[str] = []
+    for s, t in pairs:
+        s, t = _clean(s), _clean(t)
+        if s and t:
+            out_src.append(s)
+            out_tgt.append(t)
+    return {src_lang: out_src, tgt_lang: out_tgt}
+
+
+def _row_shape(features: datasets.Features, src_lang: str, tgt_lang: str, where: str) -> str:
+    """Decide how to read the two languages from rows with these features.
+
+    Returns ``"columns"`` (one column per language) or ``"translation"`` (wmt16 style
+    ``translation`` dict). Raises ValueError listing the languages present otherwise.
+    """
+    column_langs = [name for name, feat in features.items() if isinstance(feat, datasets.Value)]
+    if src_lang in column_langs and tgt_lang in column_langs:
+        return "columns"
+
+    translation_langs: list[str] = []
+    if "translation" in features:
+        feat = features["translation"]
+        if isinstance(feat, datasets.Translation):
+            translation_langs = list(feat.languages)
+        elif isinstance(feat, Mapping):  # json rows give a plain dict of Value features
+            translation_langs = [k for k, v in feat.items() if isinstance(v, datasets.Value)]
+        elif isinstance(feat, datasets.TranslationVariableLanguages):
+            raise ValueError(
+                f"{where}: the 'translation' column has variable languages per row "
+                "(TranslationVariableLanguages), which is not supported; convert it to "
+                "{'translation': {lang: text}} rows or one column per language"
+            )
+        else:
+            raise ValueError(
+                f"{where}: the 'translation' column must hold a {{language: text}} dict, "
+                f"found feature {feat!r}"
+            )
+        if src_lang in translation_langs and tgt_lang in translation_langs:
+            return "translation"
+
+    # Report what is there: the string columns (minus 'translation') and the translation keys.
+    present = sorted(
+        set(translation_langs)
+        | {n for n in column_langs if features[n].dtype in ("string", "large_string")}
+    )
+    missing = [lang for lang in (src_lang, tgt_lang) if lang not in present]
+    shape = "translation dict" if translation_langs else "columns"
+    raise ValueError(
+        f"{where}: language(s) {missing} not present; languages available ({shape}): {present}"
+        + ("" if present else f" (columns are {list(features)})")
+    )
+
+
+def _normalize_split(
+    ds: datasets.Dataset, src_lang: str, tgt_lang: str, split: str = "train", origin: str = "data"
+) -> datasets.Dataset:
+    """Bring one split to exactly the columns ``[src_lang, tgt_lang]`` (strings, stripped).
+
+    Accepts rows ``{"translation": {src: ..., tgt: ...}}`` (dict or ``Translation``
+    feature) or one column per language; other columns are discarded. Pairs where either
+    side is empty/whitespace-only/missing are dropped and counted in a WARNING log record
+    ("dropped N empty pairs from split S of ORIGIN").
+
+    Raises:
+        ValueError: a language is not present (lists the languages that are), or the
+            'translation' column has an unsupported shape.
+    """
+    where = f"split {split!r} of {origin}"
+    mode = _row_shape(ds.features, src_lang, tgt_lang, where)
+    features = datasets.Features({src_lang: datasets.Value("string"), tgt_lang: datasets.Value("string")})
+    n_before = len(ds)
+    out = ds.map(
+        _extract_pairs,
+        batched=True,
+        fn_kwargs={"src_lang": src_lang, "tgt_lang": tgt_lang, "mode": mode},
+        remove_columns=ds.column_names,
+        features=features,
+        desc=f"normalising {split}",
+    )
+    dropped = n_before - len(out)
+    if dropped:
+        logger.warning(
+            "dropped %d empty pairs from split %s of %s (%d of %d pairs kept)",
+            dropped,
+            split,
+            origin,
+            len(out),
+            n_before,
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# folder of line-aligned files
+# --------------------------------------------------------------------------------------
+
+
+def _scan_parallel_folder(folder: str) -> dict[str, dict[str, str]]:
+    """Map ``split -> lang -> path`` for the ``{split}.{lang}[.gz]`` files of ``folder``."""
+    found: dict[str, dict[str, str]] = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name.startswith(".") or not os.path.isfile(path):
+            continue
+        base = name[: -len(".gz")] if name.endswith(".gz") else name
+        split, dot, lang = base.rpartition(".")
+        if not dot or not split or not lang or lang.lower() in _NON_LANGUAGE_SUFFIXES:
+            continue
+        langs = found.setdefault(split, {})
+        if lang in langs:
+            raise ValueError(
+                f"two files for split {split!r}, language {lang!r}: {langs[lang]} and {path}; keep only one"
+            )
+        langs[lang] = path
+    return found
+
+
+def _split_sort_key(split: str) -> tuple[int, str]:
+    return (_SPLIT_ORDER.get(split, 2), split)
+
+
+def _read_lines(path: str) -> list[str]:
+    """Lines of a UTF-8 text file (``.gz`` decompressed), split on ``\\n`` only.
+
+    Splitting on ``\\n`` only (not ``str.splitlines``) keeps line counts equal to what
+    ``wc -l`` reports even if a sentence contains U+2028, U+0085, form feeds etc.; a
+    trailing ``\\r`` (CRLF files) is removed later by stripping.
+    """
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                data = f.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise ValueError(f"cannot read {path}: {e}") from e
+    try:
+        text = data.decode("utf-8-sig")  # drops a leading byte order mark if present
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ValueError(f"{path} is not valid UTF-8 (line {line}, byte {e.start}): {e.reason}") from e
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":  # final newline
+        lines.pop()
+    return lines
+
+
+def _load_parallel_folder(
+    folder: str, src_lang: str, tgt_lang: str, splits: Sequence[str] | None
+) -> datasets.DatasetDict:
+    """Read the requested splits of a folder of line-aligned files (raw, not yet normalised)."""
+    found = _scan_parallel_folder(folder)
+    if not found:
+        raise FileNotFoundError(
+            f"no parallel text files in {folder}: expected files named {{split}}.{{lang}} or "
+            f"{{split}}.{{lang}}.gz, e.g. train.{src_lang}.gz and train.{tgt_lang}.gz "
+            "(for .jsonl/.json/.csv data pass the file itself or data_files=...)"
+        )
+    languages = sorted({lang for langs in found.values() for lang in langs})
+    missing = [lang for lang in (src_lang, tgt_lang) if lang not in languages]
+    if missing:
+        raise ValueError(f"language(s) {missing} not present in {folder}; languages available: {languages}")
+    complete = sorted((s for s, langs in found.items() if src_lang in langs and tgt_lang in langs), key=_split_sort_key)
+    if not complete:
+        raise ValueError(
+            f"no split in {folder} has files for both {src_lang!r} and {tgt_lang!r}; "
+            f"files found: { {s: sorted(langs) for s, langs in sorted(found.items())} }"
+        )
+    if splits is None:
+        splits = complete
+    unknown = [s for s in splits if s not in found]
+    if unknown:
+        raise ValueError(
+            f"unknown split(s) {unknown} in {folder}; splits found for {src_lang}-{tgt_lang}: {complete}"
+        )
+
+    out = datasets.DatasetDict()
+    for split in splits:
+        langs = found[split]
+        for lang in (src_lang, tgt_lang):
+            if lang not in langs:
+                raise FileNotFoundError(
+                    f"split {split!r} in {folder} has no {lang!r} file (expected "
+                    f"{os.path.join(folder, f'{split}.{lang}')} or .gz; it has {sorted(langs)}); "
+                    f"splits found for {src_lang}-{tgt_lang}: {complete}"
+                )
+        src_path, tgt_path = langs[src_lang], langs[tgt_lang]
+        src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
+        if len(src_lines) != len(tgt_lines):
+            raise ValueError(
+                f"line counts differ in split {split!r}: {src_path} has {len(src_lines)} lines "
+                f"but {tgt_path} has {len(tgt_lines)} lines"
+            )
+        out[split] = datasets.Dataset.from_dict(
+            {src_lang: src_lines, tgt_lang: tgt_lines},
+            features=datasets.Features({src_lang: datasets.Value("string"), tgt_lang: datasets.Value("string")}),
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# JSON / CSV files
+# --------------------------------------------------------------------------------------
+
+
+def _builder_for(path: str) -> str:
+    name = path.lower()
+    if name.endswith(".gz"):
+        name = name[: -len(".gz")]
+    for ext, builder in _FILE_BUILDERS.items():
+        if name.endswith(ext):
+            return builder
+    raise ValueError(
+        f"unsupported file type: {path} (expected one of {sorted(_FILE_BUILDERS)}, optionally .gz)"
+    )
+
+
+def _is_remote_or_glob(path: str) -> bool:
+    return "://" in path or any(c in path for c in "*?[")
+
+
+def _csv_string_features(files: list[str]) -> datasets.Features | None:
+    """Read the CSV header(s) so every column is loaded as string.
+
+    Without this, pandas turns a column of numbers into int/float (losing "3.50" -> 3.5)
+    and words like "NA" or "None" into nulls. Returns None when the headers cannot be
+    read locally (remote/glob paths) or disagree; `datasets` then infers types itself.
+    """
+    header: list[str] | None = None
+    for path in files:
+        if _is_remote_or_glob(path) or not os.path.isfile(path):
+            return None
+        opener = gzip.open if path.endswith(".gz") else open
+        try:
+            with opener(path, "rt", encoding="utf-8-sig", newline="") as f:
+                row = next(csv.reader(f), None)
+        except (OSError, UnicodeDecodeError, csv.Error, EOFError):
+            return None
+        if row is None:
+            return None
+        if header is None:
+            header = row
+        elif row != header:
+            return None
+    if not header or len(set(header)) != len(header) or any(not h for h in header):
+        return None
+    return datasets.Features({h: datasets.Value("string") for h in header})
+
+
+def _load_with_builder(builder: str, data_files: dict[str, list[str]]) -> datasets.DatasetDict:
+    kwargs: dict[str, Any] = {}
+    if builder == "csv":
+        all_files = [f for files in data_files.values() for f in files]
+        features = _csv_string_features(all_files)
+        if features is not None:
+            kwargs["features"] = features
+        kwargs["na_filter"] = False  # empty cells -> "" (dropped and counted), "NA"/"None" stay text
+    return datasets.load_dataset(builder, data_files=data_files, **kwargs)
+
+
+def _load_data_file(path: str) -> datasets.DatasetDict:
+    """One local .jsonl/.json/.csv file -> DatasetDict with the single split 'train'."""
+    return _load_with_builder(_builder_for(path), {"train": [path]})
+
+
+def _load_data_files(
+    dataset: str, data_files: Mapping[str, str | list[str]], config: str | None
+) -> tuple[datasets.DatasetDict, str]:
+    if not isinstance(data_files, Mapping) or not data_files:
+        raise ValueError(f"data_files must be a non-empty mapping split -> file(s), got {data_files!r}")
+    files: dict[str, list[str]] = {}
+    for split, value in data_files.items():
+        paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
+        if not paths:
+            raise ValueError(f"data_files[{split!r}] is empty")
+        files[str(split)] = [os.fspath(p) for p in paths]
+
+    local = os.path.expanduser(dataset)
+    if os.path.isfile(local):
+        raise ValueError(f"dataset={dataset!r} is a file; pass either a file as dataset or data_files, not both")
+    if dataset.lower() in ("json", "csv") or os.path.isdir(local):
+        base = local if os.path.isdir(local) else None
+        for split, paths in files.items():
+            resolved = []
+            for p in paths:
+                p = os.path.expanduser(p)
+                if base is not None and not os.path.isabs(p) and not _is_remote_or_glob(p):
+                    p = os.path.join(base, p)
+                if not _is_remote_or_glob(p) and not os.path.isfile(p):
+                    raise FileNotFoundError(f"data_files[{split!r}]: file not found: {p}")
+                resolved.append(p)
+            files[split] = resolved
+        if dataset.lower() in ("json", "csv"):
+            builder = dataset.lower()
+        else:
+            builders = {_builder_for(p) for paths in files.values() for p in paths}
+            if len(builders) != 1:
+                raise ValueError(f"data_files mixes file types ({sorted(builders)}): {files}")
+            builder = builders.pop()
+        return _load_with_builder(builder, files), f"data_files {files}"
+    if _looks_like_local_path(dataset):
+        raise FileNotFoundError(f"dataset folder {dataset!r} does not exist")
+    # A Hub repository plus a selection of its files.
+    logger.info("loading Hub dataset %r (config %r) with data_files %s", dataset, config, files)
+    raw = datasets.load_dataset(dataset, name=config, data_files=files)
+    return raw, f"Hub dataset {dataset!r} data_files {files}"
+
+
+# --------------------------------------------------------------------------------------
+# small checks
+# --------------------------------------------------------------------------------------
+
+
+def _check_languages(src_lang: str, tgt_lang: str) -> None:
+    for name, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
+        if not isinstance(lang, str) or not lang.strip():
+            raise ValueError(f"{name} must be a non-empty language code, got {lang!r}")
+    if src_lang == tgt_lang:
+        raise ValueError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ (they name the columns)")
+
+
+def _looks_like_local_path(dataset: str) -> bool:
+    """True for strings that cannot be a Hub id (``name`` or ``owner/name``)."""
+    name = dataset.lower()
+    return (
+        os.path.isabs(dataset)
+        or dataset.startswith((".", "~"))
+        or "\\" in dataset
+        or dataset.count("/") > 1
+        or name.endswith(tuple(_FILE_BUILDERS))
+        or name.endswith(tuple(ext + ".gz" for ext in _FILE_BUILDERS))
+        or name.endswith(".gz")
+    )

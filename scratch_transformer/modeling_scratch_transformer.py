@@ -614,8 +614,9 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
     """Encoder-decoder plus the output projection to vocabulary logits, tied to the target embedding (paper 3.4)."""
 
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embed.embed_tokens.weight"}
-    # The loss is a plain mean over labelled tokens; Trainer must divide by accumulation steps itself.
-    accepts_loss_kwargs = False
+    # forward normalises the loss by Trainer's `num_items_in_batch` (labelled tokens in the whole
+    # accumulated batch), so 8 pairs at once and 4 x 2 accumulated give the same loss and gradients.
+    accepts_loss_kwargs = True
 
     def __init__(self, config: ScratchTransformerConfig):
         super().__init__(config)
@@ -647,16 +648,19 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         """
         Args:
             labels: target ids (b, t) with -100 where no loss is wanted; when decoder_input_ids is None
                 they are shifted right behind `decoder_start_token_id` to make it (teacher forcing).
+            num_items_in_batch: labelled tokens in the whole (accumulated, all-process) batch, passed by
+                Trainer; the loss is then sum / num_items_in_batch instead of the mean over this batch.
             (other arguments as in ScratchTransformerModel.forward)
         Returns:
-            Seq2SeqLMOutput: logits (b, t, v), loss (mean cross-entropy over labels != -100) when labels
-            are given, cache, encoder_last_hidden_state, attentions when asked.
+            Seq2SeqLMOutput: logits (b, t, v), loss (cross-entropy over labels != -100, in nats per
+            labelled token) when labels are given, cache, encoder_last_hidden_state, attentions when asked.
         """
         if labels is not None:
             use_cache = False
@@ -677,7 +681,12 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
 
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=-100)
+            flat_logits = logits.reshape(-1, logits.size(-1)).float()  # (b, t, v) -> (b * t, v)
+            if num_items_in_batch is None:
+                loss = F.cross_entropy(flat_logits, labels.reshape(-1), ignore_index=-100)
+            else:
+                loss = F.cross_entropy(flat_logits, labels.reshape(-1), ignore_index=-100, reduction="sum")
+                loss = loss / num_items_in_batch
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -1,0 +1,462 @@
+"""Model tests, in transformers' ModelTester style: a tiny config, an input factory, value checks."""
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from scratch_transformer import (
+    ScratchTransformerConfig,
+    ScratchTransformerForConditionalGeneration,
+    ScratchTransformerModel,
+)
+from scratch_transformer.modeling_scratch_transformer import (
+    ScratchTransformerDecoderLayer,
+    ScratchTransformerEncoderLayer,
+    causal_mask,
+    eager_attention,
+    sdpa_attention,
+    sinusoidal_position_encoding,
+)
+
+
+class ModelTester:
+    """A tiny config and input factory shared by the tests."""
+
+    vocab_size = 40
+    batch_size = 3
+    src_len = 9
+    tgt_len = 7
+
+    def config(self, **overrides) -> ScratchTransformerConfig:
+        values = dict(
+            vocab_size=self.vocab_size, d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64,
+            dropout=0.0, max_position_embeddings=64,
+        )
+        values.update(overrides)
+        return ScratchTransformerConfig(**values)
+
+    def model(self, **overrides) -> ScratchTransformerForConditionalGeneration:
+        torch.manual_seed(0)
+        return ScratchTransformerForConditionalGeneration(self.config(**overrides)).eval()
+
+    def inputs(self, seed: int = 0):
+        """Source ids (b, s) with unequal lengths (right padding), mask, labels (b, t)."""
+        g = torch.Generator().manual_seed(seed)
+        input_ids = torch.randint(4, self.vocab_size, (self.batch_size, self.src_len), generator=g)
+        attention_mask = torch.ones_like(input_ids)
+        for row, length in enumerate([self.src_len, self.src_len - 3, 4][: self.batch_size]):
+            input_ids[row, length:] = 0
+            attention_mask[row, length:] = 0
+        labels = torch.randint(4, self.vocab_size, (self.batch_size, self.tgt_len), generator=g)
+        return input_ids, attention_mask, labels
+
+
+tester = ModelTester()
+
+
+# ---------------------------------------------------------------- building blocks
+
+
+def test_attention_matches_formula_and_sdpa():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+    mask = torch.zeros(2, 1, 1, 6)
+    mask[1, ..., 4:] = torch.finfo(torch.float32).min
+    out, weights = eager_attention(q, k, v, mask)
+    # independent computation: per batch/head, softmax over allowed keys only
+    expected = torch.empty_like(out)
+    for b in range(2):
+        allowed = 6 if b == 0 else 4
+        scores = q[b] @ k[b, :, :allowed].transpose(-1, -2) / math.sqrt(8)
+        expected[b] = torch.softmax(scores, -1) @ v[b, :, :allowed]
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 5))
+    assert weights[1, ..., 4:].abs().max() == 0
+    sdpa_out, _ = sdpa_attention(q, k, v, mask)
+    torch.testing.assert_close(sdpa_out, out, atol=1e-5, rtol=1e-5)
+
+
+def test_eager_and_sdpa_models_agree():
+    input_ids, attention_mask, labels = tester.inputs()
+    model = tester.model()
+    model.config._attn_implementation = "sdpa"
+    sdpa_logits = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits
+    model.config._attn_implementation = "eager"
+    eager_logits = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits
+    torch.testing.assert_close(sdpa_logits, eager_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_positional_encoding_matches_paper_formula():
+    d_model = 16
+    table = sinusoidal_position_encoding(50, d_model)
+    for pos in (0, 1, 7, 49):
+        for i in (0, 3, 7):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-5)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+def _copy_attention(ours, theirs: nn.MultiheadAttention):
+    q, k, v = theirs.in_proj_weight.chunk(3)
+    qb, kb, vb = theirs.in_proj_bias.chunk(3)
+    with torch.no_grad():
+        for proj, w, b in ((ours.q_proj, q, qb), (ours.k_proj, k, kb), (ours.v_proj, v, vb)):
+            proj.weight.copy_(w)
+            proj.bias.copy_(b)
+        ours.out_proj.weight.copy_(theirs.out_proj.weight)
+        ours.out_proj.bias.copy_(theirs.out_proj.bias)
+
+
+def _copy_common(ours, theirs):
+    with torch.no_grad():
+        ours.ffn.fc1.load_state_dict(theirs.linear1.state_dict())
+        ours.ffn.fc2.load_state_dict(theirs.linear2.state_dict())
+        ours.self_attn_layer_norm.load_state_dict(theirs.norm1.state_dict())
+    _copy_attention(ours.self_attn, theirs.self_attn)
+
+
+@pytest.mark.parametrize("pre_layer_norm", [False, True])
+def test_encoder_layer_matches_torch_reference(pre_layer_norm):
+    config = tester.config(pre_layer_norm=pre_layer_norm)
+    torch.manual_seed(0)
+    theirs = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=pre_layer_norm).eval()
+    ours = ScratchTransformerEncoderLayer(config).eval()
+    _copy_common(ours, theirs)
+    ours.final_layer_norm.load_state_dict(theirs.norm2.state_dict())
+    x = torch.randn(2, 6, 32)
+    pad = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    additive = torch.zeros(2, 1, 1, 6).masked_fill(pad[:, None, None, :], torch.finfo(torch.float32).min)
+    expected = theirs(x, src_key_padding_mask=pad)
+    got, _ = ours(x, additive)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("pre_layer_norm", [False, True])
+def test_decoder_layer_matches_torch_reference(pre_layer_norm):
+    config = tester.config(pre_layer_norm=pre_layer_norm)
+    torch.manual_seed(0)
+    theirs = nn.TransformerDecoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=pre_layer_norm).eval()
+    ours = ScratchTransformerDecoderLayer(config, layer_idx=0).eval()
+    _copy_common(ours, theirs)
+    _copy_attention(ours.encoder_attn, theirs.multihead_attn)
+    ours.encoder_attn_layer_norm.load_state_dict(theirs.norm2.state_dict())
+    ours.final_layer_norm.load_state_dict(theirs.norm3.state_dict())
+    tgt, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    expected = theirs(tgt, memory, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5), tgt_is_causal=True)
+    got, _, _ = ours(tgt, memory, causal_mask(5, 0, torch.float32, "cpu"), None)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- masks
+
+
+def test_causality_future_tokens_do_not_change_earlier_logits():
+    input_ids, attention_mask, labels = tester.inputs()
+    model = tester.model()
+    changed = labels.clone()
+    changed[:, 4:] = (changed[:, 4:] + 7) % tester.vocab_size
+    a = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=labels).logits
+    b = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=changed).logits
+    torch.testing.assert_close(a[:, :4], b[:, :4], atol=1e-6, rtol=1e-6)
+    assert (a[:, 4:] - b[:, 4:]).abs().max() > 1e-3
+
+
+def test_source_padding_does_not_change_outputs():
+    model = tester.model()
+    src = torch.randint(4, tester.vocab_size, (1, 5))
+    tgt = torch.randint(4, tester.vocab_size, (1, 4))
+    plain = model(input_ids=src, decoder_input_ids=tgt).logits
+    padded_src = torch.cat([src, torch.zeros(1, 4, dtype=torch.long)], dim=1)
+    mask = torch.tensor([[1] * 5 + [0] * 4])
+    padded = model(input_ids=padded_src, attention_mask=mask, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(plain, padded, atol=1e-5, rtol=1e-5)
+
+
+def test_fully_padded_row_gives_finite_outputs_and_grads():
+    model = tester.model()
+    model.train()
+    input_ids, attention_mask, labels = tester.inputs()
+    attention_mask[2] = 0  # a row that is nothing but padding
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    out.loss.backward()
+    assert torch.isfinite(out.logits).all() and torch.isfinite(out.loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def test_cached_incremental_decoding_equals_full_forward():
+    model = tester.model()
+    input_ids, attention_mask, labels = tester.inputs()
+    full = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=labels, use_cache=False).logits
+    encoder_outputs = model.get_encoder()(input_ids, attention_mask)
+    cache, steps = None, []
+    for t in range(labels.size(1)):
+        out = model(
+            encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=labels[:, t : t + 1],
+            cache=cache, use_cache=True,
+        )
+        cache = out.cache
+        steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.get_seq_length() == labels.size(1)
+
+
+def _manual_greedy(model, input_ids, attention_mask, steps):
+    """Greedy decoding without any cache: re-run the decoder on the whole prefix each step."""
+    config = model.config
+    decoded = torch.full((input_ids.size(0), 1), config.decoder_start_token_id)
+    finished = torch.zeros(input_ids.size(0), dtype=torch.bool)
+    for _ in range(steps):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoded,
+                       use_cache=False).logits
+        next_token = logits[:, -1].argmax(-1)
+        next_token = torch.where(finished, torch.full_like(next_token, config.pad_token_id), next_token)
+        decoded = torch.cat([decoded, next_token[:, None]], dim=1)
+        finished |= next_token == config.eos_token_id
+        if finished.all():
+            break
+    return decoded
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_greedy_equals_manual_loop(use_cache):
+    model = tester.model()
+    input_ids, attention_mask, _ = tester.inputs()
+    manual = _manual_greedy(model, input_ids, attention_mask, steps=8)
+    generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=8,
+                               do_sample=False, num_beams=1, use_cache=use_cache)
+    assert torch.equal(generated, manual)
+
+
+def test_beam_search_with_and_without_cache_agree():
+    model = tester.model()
+    input_ids, attention_mask, _ = tester.inputs()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=8, num_beams=4,
+                  num_return_sequences=2)
+    with_cache = model.generate(**kwargs, use_cache=True)
+    without_cache = model.generate(**kwargs, use_cache=False)
+    assert with_cache.shape[0] == 2 * tester.batch_size
+    assert torch.equal(with_cache, without_cache)
+
+
+def test_batched_generation_of_unequal_lengths_equals_one_by_one():
+    model = tester.model()
+    input_ids, attention_mask, _ = tester.inputs()
+    for beams in (1, 3):
+        batched = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6,
+                                 num_beams=beams, min_new_tokens=6)
+        for row in range(input_ids.size(0)):
+            length = int(attention_mask[row].sum())
+            single = model.generate(input_ids=input_ids[row : row + 1, :length], max_new_tokens=6,
+                                    num_beams=beams, min_new_tokens=6)
+            assert torch.equal(batched[row], single[0]), (beams, row)
+
+
+def test_sampling_is_seeded_and_output_attentions_returns_weights():
+    model = tester.model()
+    input_ids, attention_mask, _ = tester.inputs()
+    torch.manual_seed(1)
+    a = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True, top_k=10,
+                       max_new_tokens=6)
+    torch.manual_seed(1)
+    b = model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=True, top_k=10,
+                       max_new_tokens=6)
+    assert torch.equal(a, b)
+    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=3,
+                         output_attentions=True, return_dict_in_generate=True)
+    assert len(out.encoder_attentions) == 2
+    assert out.encoder_attentions[0].shape == (3, 4, tester.src_len, tester.src_len)
+    cross = out.cross_attentions[0][0]  # step 0, layer 0: (b, h, 1, s)
+    assert cross.shape == (3, 4, 1, tester.src_len)
+    torch.testing.assert_close(cross.sum(-1), torch.ones(3, 4, 1))
+    assert cross[2, ..., 4:].abs().max() == 0  # padding gets no attention
+
+
+# ---------------------------------------------------------------- HF contract
+
+
+def test_config_hf_names_and_bad_values():
+    config = tester.config()
+    assert (config.hidden_size, config.num_attention_heads, config.num_hidden_layers, config.intermediate_size) == (
+        32, 4, 2, 64)
+    default = ScratchTransformerConfig()
+    assert (default.d_model, default.num_heads, default.encoder_layers, default.decoder_layers, default.d_ff,
+            default.dropout, default.pre_layer_norm, default.activation_function) == (512, 8, 6, 6, 2048, 0.1, False,
+                                                                                      "relu")
+    bad = {
+        "d_model": dict(d_model=30, num_heads=4),
+        "num_heads": dict(num_heads=0),
+        "activation_function": dict(activation_function="swish"),
+        "dropout": dict(dropout=1.0),
+        "attention_dropout": dict(attention_dropout=-0.1),
+        "d_ff": dict(d_ff=-5),
+        "vocab_size": dict(vocab_size=0),
+        "encoder_layers": dict(encoder_layers=0),
+    }
+    for field, values in bad.items():
+        with pytest.raises(ValueError, match=field):
+            tester.config(**values)
+
+
+def test_out_of_range_token_ids_raise():
+    model = tester.model()
+    with pytest.raises(ValueError, match="vocab_size"):
+        model(input_ids=torch.tensor([[5, 99]]), decoder_input_ids=torch.tensor([[1]]))
+
+
+def test_labels_are_shifted_right_and_loss_ignores_minus_100():
+    model = tester.model()
+    input_ids, attention_mask, labels = tester.inputs()
+    labels[0, -2:] = -100
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
+    assert decoder_input_ids[0, 0] == model.config.decoder_start_token_id
+    assert torch.equal(decoder_input_ids[1, 1:], labels[1, :-1])
+    assert decoder_input_ids[0, -1] == model.config.pad_token_id
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    keep = labels != -100
+    expected = nn.functional.cross_entropy(logits[keep], labels[keep])
+    torch.testing.assert_close(out.loss, expected)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_save_load_round_trip_keeps_ties(tmp_path, shared):
+    from transformers import AutoModel, AutoModelForSeq2SeqLM
+
+    model = tester.model(share_encoder_decoder_embeddings=shared)
+    input_ids, attention_mask, labels = tester.inputs()
+    model.save_pretrained(tmp_path)
+    files = set(os.listdir(tmp_path))
+    assert {"config.json", "model.safetensors", "generation_config.json", "configuration_scratch_transformer.py",
+            "modeling_scratch_transformer.py"} <= files
+    assert set(model.config.auto_map) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
+    loaded, info = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert isinstance(loaded, ScratchTransformerForConditionalGeneration)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert loaded.lm_head.weight.data_ptr() == loaded.model.decoder.embed_tokens.weight.data_ptr()
+    if shared:
+        assert loaded.model.encoder.embed_tokens.weight.data_ptr() == loaded.lm_head.weight.data_ptr()
+    torch.testing.assert_close(loaded.model.decoder.embed.embed_positions.table,
+                               model.model.decoder.embed.embed_positions.table)
+    expected = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits
+    torch.testing.assert_close(loaded.eval()(input_ids=input_ids, attention_mask=attention_mask,
+                                             labels=labels).logits, expected)
+    base = AutoModel.from_pretrained(tmp_path)
+    assert isinstance(base, ScratchTransformerModel)
+
+
+def test_remote_code_load_without_the_package(tmp_path):
+    model = tester.model()
+    input_ids, attention_mask, labels = tester.inputs()
+    model.save_pretrained(tmp_path / "ckpt")
+    torch.save({"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
+                "logits": model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits},
+               tmp_path / "io.pt")
+    script = textwrap.dedent(f"""
+        import importlib.abc, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "scratch_transformer":
+                    raise ImportError("blocked: " + name)
+        sys.meta_path.insert(0, Block())
+        sys.path = [p for p in sys.path if p not in ("", {os.getcwd()!r})]
+        try:
+            import scratch_transformer
+            raise SystemExit("package importable")
+        except ImportError:
+            pass
+        import torch
+        from transformers import AutoModelForSeq2SeqLM, AutoModel
+        io = torch.load({str(tmp_path / "io.pt")!r})
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path / "ckpt")!r}, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        logits = model(input_ids=io["input_ids"], attention_mask=io["attention_mask"], labels=io["labels"]).logits
+        assert torch.equal(logits, io["logits"]), (logits - io["logits"]).abs().max()
+        base = AutoModel.from_pretrained({str(tmp_path / "ckpt")!r}, trust_remote_code=True)
+        print("REMOTE_OK", type(model).__name__, type(base).__name__)
+    """)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": ""}
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert "REMOTE_OK ScratchTransformerForConditionalGeneration ScratchTransformerModel" in result.stdout, (
+        result.stdout + result.stderr)
+
+
+# ---------------------------------------------------------------- training
+
+
+def test_gradient_accumulation_matches_full_batch_in_trainer(tmp_path):
+    from datasets import Dataset
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    g = torch.Generator().manual_seed(3)
+    rows = []
+    for i in range(8):  # unequal source and target lengths, so token counts differ per micro-batch
+        src_len, tgt_len = 3 + i % 5, 2 + (i * i) % 7
+        rows.append({"input_ids": torch.randint(4, 40, (src_len,), generator=g).tolist(),
+                     "labels": torch.randint(4, 40, (tgt_len,), generator=g).tolist()})
+    dataset = Dataset.from_list(rows)
+
+    class GradCapture(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    def run(batch, accumulation):
+        model = tester.model()
+        capture = GradCapture()
+        args = TrainingArguments(output_dir=str(tmp_path / f"b{batch}"), per_device_train_batch_size=batch,
+                                 gradient_accumulation_steps=accumulation, max_steps=1, learning_rate=1e-3,
+                                 report_to=[], logging_steps=1, save_strategy="no", use_cpu=True, seed=0,
+                                 train_sampling_strategy="sequential", dataloader_drop_last=False)
+        collator = _PadCollator(model)
+        trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
+                          callbacks=[capture])
+        result = trainer.train()
+        return result.training_loss, capture.grads
+
+    loss_full, grads_full = run(8, 1)
+    loss_accum, grads_accum = run(2, 4)
+    assert loss_full == pytest.approx(loss_accum, rel=1e-5)
+    assert grads_full.keys() == grads_accum.keys() and len(grads_full) > 10
+    for name in grads_full:
+        torch.testing.assert_close(grads_full[name], grads_accum[name], atol=1e-6, rtol=1e-4)
+
+
+class _PadCollator:
+    """Right-pads input_ids (pad 0) and labels (-100), and builds decoder_input_ids from labels."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, features):
+        def pad(key, value):
+            width = max(len(f[key]) for f in features)
+            return torch.tensor([f[key] + [value] * (width - len(f[key])) for f in features])
+
+        input_ids, labels = pad("input_ids", 0), pad("labels", -100)
+        return {"input_ids": input_ids, "attention_mask": (input_ids != 0).long(), "labels": labels,
+                "decoder_input_ids": self.model.prepare_decoder_input_ids_from_labels(labels)}
+
+
+def test_bf16_autocast_forward_backward_with_padding():
+    model = tester.model(dropout=0.1)
+    model.train()
+    input_ids, attention_mask, labels = tester.inputs()
+    labels[1, 3:] = -100
+    attention_mask[2] = 0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    assert out.logits.dtype == torch.bfloat16
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in grads)

@@ -45,6 +45,9 @@ _NON_LANGUAGE_SUFFIXES = frozenset(
      "arrow", "parquet", "log", "html", "xml", "sgm", "pdf"}
 )
 
+# Feature type of free-form JSON values (datasets >= 5); an empty tuple matches nothing.
+_JSON_FEATURE = getattr(datasets, "Json", ())
+
 # Order used when all splits of a folder are loaded: training first, then the usual
 # validation names, then everything else alphabetically.
 _SPLIT_ORDER = {"train": 0, "val": 1, "valid": 1, "validation": 1, "dev": 1}
@@ -211,12 +214,13 @@ def _extract_pairs(batch: dict[str, list], src_lang: str, tgt_lang: str, mode: s
     return {src_lang: out_src, tgt_lang: out_tgt}
 
 
-def _row_shape(features: datasets.Features, src_lang: str, tgt_lang: str, where: str) -> str:
-    """Decide how to read the two languages from rows with these features.
+def _row_shape(ds: datasets.Dataset, src_lang: str, tgt_lang: str, where: str) -> str:
+    """Decide how to read the two languages from the rows of ``ds``.
 
     Returns ``"columns"`` (one column per language) or ``"translation"`` (wmt16 style
     ``translation`` dict). Raises ValueError listing the languages present otherwise.
     """
+    features = ds.features
     column_langs = [name for name, feat in features.items() if isinstance(feat, datasets.Value)]
     if src_lang in column_langs and tgt_lang in column_langs:
         return "columns"
@@ -228,6 +232,10 @@ def _row_shape(features: datasets.Features, src_lang: str, tgt_lang: str, where:
             translation_langs = list(feat.languages)
         elif isinstance(feat, Mapping):  # json rows give a plain dict of Value features
             translation_langs = [k for k, v in feat.items() if isinstance(v, datasets.Value)]
+        elif isinstance(feat, _JSON_FEATURE):
+            # json rows whose translation dicts do not all have the same keys are typed as
+            # free-form Json in recent `datasets`: collect the languages from the rows.
+            translation_langs = _json_translation_languages(ds, where)
         elif isinstance(feat, datasets.TranslationVariableLanguages):
             raise ValueError(
                 f"{where}: the 'translation' column has variable languages per row "
@@ -255,6 +263,21 @@ def _row_shape(features: datasets.Features, src_lang: str, tgt_lang: str, where:
     )
 
 
+def _json_translation_languages(ds: datasets.Dataset, where: str) -> list[str]:
+    """Union of the keys of a free-form (Json) 'translation' column; rows must be dicts or null."""
+    keys: set[str] = set()
+    for i, row in enumerate(ds["translation"]):
+        if row is None:
+            continue
+        if not isinstance(row, Mapping):
+            raise ValueError(
+                f"{where}: row {i}: the 'translation' column must hold a {{language: text}} dict, "
+                f"found {type(row).__name__}"
+            )
+        keys.update(row)
+    return sorted(keys)
+
+
 def _normalize_split(
     ds: datasets.Dataset, src_lang: str, tgt_lang: str, split: str = "train", origin: str = "data"
 ) -> datasets.Dataset:
@@ -270,7 +293,7 @@ def _normalize_split(
             'translation' column has an unsupported shape.
     """
     where = f"split {split!r} of {origin}"
-    mode = _row_shape(ds.features, src_lang, tgt_lang, where)
+    mode = _row_shape(ds, src_lang, tgt_lang, where)
     features = datasets.Features({src_lang: datasets.Value("string"), tgt_lang: datasets.Value("string")})
     n_before = len(ds)
     out = ds.map(

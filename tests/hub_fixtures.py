@@ -28,7 +28,10 @@ def configure_hf_env(tmp_root: Path) -> int:
         HF_HOME=str(tmp_root / "hf_home"),
         HF_HUB_DISABLE_TELEMETRY="1",
     )
-    os.environ.pop("HF_HUB_OFFLINE", None)
+    # Offline switches and cache-location overrides would defeat the fresh HF_HOME.
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE",
+                 "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE", "HF_XET_CACHE"):
+        os.environ.pop(name, None)
     # Never send loopback traffic through a proxy, should one be configured.
     no_proxy = [host for host in os.environ.get("NO_PROXY", "").split(",") if host]
     for host in ("127.0.0.1", "localhost"):

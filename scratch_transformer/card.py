@@ -1,0 +1,42 @@
+"""The model card (README.md) made from the project's `hub_card.md` template with huggingface_hub."""
+
+import os
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "hub_card.md"
+
+
+def render_model_card(results: dict, template_path: str | os.PathLike | None = None) -> ModelCard:
+    """Fill `hub_card.md` with a run's results; the YAML metadata carries a model-index with the BLEU.
+
+    Args:
+        results: keys model_name, repo_id, src_lang, tgt_lang, dataset_name, dataset_id, test_split,
+            bleu, chrf, bleu_signature, num_beams, license, and the model sizes shown in the card.
+        template_path: a Jinja/Markdown template; defaults to the repository's hub_card.md.
+    Returns:
+        huggingface_hub.ModelCard (save with `.save(path)`).
+    Raises:
+        FileNotFoundError: when the template is missing.
+    """
+    template_path = Path(template_path or DEFAULT_TEMPLATE)
+    if not template_path.is_file():
+        raise FileNotFoundError(f"model card template not found: {template_path} (pass --card_template)")
+    card_data = ModelCardData(
+        language=[results["src_lang"], results["tgt_lang"]],
+        license=results.get("license", "mit"),
+        library_name="transformers",
+        tags=["translation", "scratch_transformer", "custom_code"],
+        datasets=[results["dataset_id"]],
+        metrics=["bleu", "chrf"],
+        pipeline_tag="translation",
+        model_name=results["model_name"],
+        eval_results=[
+            EvalResult(task_type="translation", dataset_type=results["dataset_id"], dataset_name=results["dataset_name"],
+                       dataset_split=results["test_split"], metric_type=metric, metric_value=results[metric],
+                       metric_name=metric.upper() if metric == "bleu" else "chrF")
+            for metric in ("bleu", "chrf")
+        ],
+    )
+    return ModelCard.from_template(card_data, template_path=str(template_path), **results)

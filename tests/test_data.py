@@ -1,0 +1,301 @@
+"""Tests for scratch_transformer.data.load_translation_dataset (small files written in tmp_path)."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import logging
+import os
+from pathlib import Path
+
+import datasets
+import pytest
+
+from scratch_transformer import data as data_module
+from scratch_transformer.data import _normalize_split, load_translation_dataset
+
+MULTI30K = Path("/work/shared/data/multi30k/raw")
+LOGGER = "scratch_transformer.data"
+
+
+@pytest.fixture(autouse=True)
+def _private_datasets_cache(tmp_path, monkeypatch):
+    """Keep the json/csv builders' Arrow caches inside tmp_path, not in ~/.cache."""
+    cache = tmp_path / "hf_datasets_cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setattr(datasets.config, "DOWNLOADED_DATASETS_PATH", cache / "downloads")
+    monkeypatch.setattr(datasets.config, "EXTRACTED_DATASETS_PATH", cache / "downloads" / "extracted")
+    datasets.disable_progress_bars()
+    yield
+    datasets.enable_progress_bars()
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    text = "".join(line + "\n" for line in lines)
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+TRAIN_DE = ["Ein Mann mit einem Hut.", "  Zwei Hunde spielen im Schnee.  ", "Eine Frau liest ein Buch über Öl."]
+TRAIN_EN = ["A man with a hat.", "Two dogs play in the snow.", "\tA woman reads a book about oil."]
+VAL_DE = ["Ein Kind lacht.", "Straße & Café: «naïve» — 3,5 €!"]
+VAL_EN = ["A child laughs.", "Street & café: 'naive' - 3.5 EUR!"]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    d = tmp_path / "parallel"
+    d.mkdir()
+    _write(d / "train.de", TRAIN_DE)
+    _write(d / "train.en", TRAIN_EN)
+    _write(d / "val.de.gz", VAL_DE)
+    _write(d / "val.en.gz", VAL_EN)
+    (d / "README.md").write_text("# not a language file\n")
+    return d
+
+
+# ---------------------------------------------------------------------------------------
+# folder of {split}.{lang}[.gz] files
+# ---------------------------------------------------------------------------------------
+
+
+def test_folder_plain_and_gzip(folder):
+    dd = load_translation_dataset(str(folder), "de", "en")
+    assert isinstance(dd, datasets.DatasetDict)
+    assert list(dd) == ["train", "val"]  # README.md ignored; train first
+    for split in dd.values():
+        assert split.column_names == ["de", "en"]
+        assert split.features["de"] == datasets.Value("string")
+        assert split.features["en"] == datasets.Value("string")
+    assert dd["train"]["de"] == [s.strip() for s in TRAIN_DE]
+    assert dd["train"]["en"] == [s.strip() for s in TRAIN_EN]
+    assert dd["val"]["de"] == VAL_DE
+    assert dd["val"]["en"] == VAL_EN
+
+
+def test_folder_reversed_direction_split_order_and_cap(folder):
+    dd = load_translation_dataset(folder, "en", "de", splits=["val", "train"], max_samples={"train": 2})
+    assert list(dd) == ["val", "train"]
+    assert dd["train"].column_names == ["en", "de"]
+    assert dd["train"]["en"] == ["A man with a hat.", "Two dogs play in the snow."]
+    assert len(dd["val"]) == 2
+
+
+def test_folder_mismatched_line_counts_names_both_files(folder):
+    _write(folder / "train.en", TRAIN_EN[:2])
+    with pytest.raises(ValueError) as exc:
+        load_translation_dataset(str(folder), "de", "en", splits=["train"])
+    msg = str(exc.value)
+    assert str(folder / "train.de") in msg and str(folder / "train.en") in msg
+    assert "3 lines" in msg and "2 lines" in msg
+
+
+def test_folder_missing_language_lists_available(folder):
+    with pytest.raises(ValueError, match=r"\['fr'\] not present") as exc:
+        load_translation_dataset(str(folder), "fr", "en")
+    assert "['de', 'en']" in str(exc.value)
+
+
+def test_folder_unknown_split_lists_found(folder):
+    with pytest.raises(ValueError, match="unknown split") as exc:
+        load_translation_dataset(str(folder), "de", "en", splits=["train", "test"])
+    assert "'test'" in str(exc.value) and "['train', 'val']" in str(exc.value)
+
+
+def test_folder_split_missing_one_side(folder):
+    _write(folder / "test.de", ["Ein Satz."])
+    # 'test' is not offered when loading everything ...
+    assert list(load_translation_dataset(str(folder), "de", "en")) == ["train", "val"]
+    # ... and asking for it names the missing file.
+    with pytest.raises(FileNotFoundError, match=r"test\.en"):
+        load_translation_dataset(str(folder), "de", "en", splits=["test"])
+
+
+def test_folder_without_files(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match="no parallel text files"):
+        load_translation_dataset(str(empty), "de", "en")
+
+
+def test_nonexistent_local_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_translation_dataset(str(tmp_path / "nope"), "de", "en")
+    with pytest.raises(FileNotFoundError):
+        load_translation_dataset("missing_file.jsonl", "de", "en")
+
+
+def test_empty_pairs_dropped_and_counted(tmp_path, caplog):
+    d = tmp_path / "p"
+    d.mkdir()
+    _write(d / "train.de", ["eins", "", "drei", "   ", "fünf", "sechs"])
+    _write(d / "train.en", ["one", "two", "", "four", "five", "\t"])
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        dd = load_translation_dataset(str(d), "de", "en")
+    assert dd["train"]["de"] == ["eins", "fünf"]
+    assert dd["train"]["en"] == ["one", "five"]
+    msgs = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert any("dropped 4 empty pairs from split train" in m for m in msgs), msgs
+
+
+def test_same_language_rejected(folder):
+    with pytest.raises(ValueError, match="must differ"):
+        load_translation_dataset(str(folder), "de", "de")
+
+
+def test_invalid_utf8_names_file(folder):
+    (folder / "train.en").write_bytes(b"ok\n\xff\xfe bad\nthird\n")
+    with pytest.raises(ValueError, match=r"train\.en is not valid UTF-8 \(line 2"):
+        load_translation_dataset(str(folder), "de", "en", splits=["train"])
+
+
+# ---------------------------------------------------------------------------------------
+# JSON Lines / CSV files
+# ---------------------------------------------------------------------------------------
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_jsonl_translation_rows(tmp_path, caplog):
+    rows = [
+        {"id": 0, "translation": {"de": " Hallo Welt ", "en": "Hello world", "fr": "Bonjour"}},
+        {"id": 1, "translation": {"de": "Guten Morgen", "en": "", "fr": "Bonjour"}},
+        {"id": 2, "translation": {"de": "Danke.", "en": "Thanks."}},
+    ]
+    path = _write_jsonl(tmp_path / "train.jsonl", rows)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        dd = load_translation_dataset(str(path), "de", "en")
+    assert list(dd) == ["train"]
+    assert dd["train"].column_names == ["de", "en"]
+    assert dd["train"].to_dict() == {"de": ["Hallo Welt", "Danke."], "en": ["Hello world", "Thanks."]}
+    assert any("dropped 1 empty pairs" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match=r"\['cs'\] not present.*\['de', 'en', 'fr'\]"):
+        load_translation_dataset(str(path), "cs", "en")
+
+
+def test_jsonl_data_files_splits_and_missing_language(tmp_path):
+    train = _write_jsonl(tmp_path / "train.jsonl", [{"translation": {"de": f"s{i}", "en": f"t{i}"}} for i in range(5)])
+    valid = _write_jsonl(tmp_path / "valid.jsonl", [{"translation": {"de": "v", "en": "w"}}])
+    files = {"train": str(train), "validation": [str(valid)]}
+    dd = load_translation_dataset("json", "en", "de", data_files=files, max_samples={"train": 3})
+    assert list(dd) == ["train", "validation"]
+    assert dd["train"].to_dict() == {"en": ["t0", "t1", "t2"], "de": ["s0", "s1", "s2"]}
+    assert dd["validation"].to_dict() == {"en": ["w"], "de": ["v"]}
+
+    # builder inferred from the extension; relative paths resolved against a folder
+    dd = load_translation_dataset(str(tmp_path), "de", "en", data_files={"train": "train.jsonl"})
+    assert len(dd["train"]) == 5
+
+    with pytest.raises(ValueError, match="unknown split") as exc:
+        load_translation_dataset("json", "de", "en", data_files=files, splits=["test"])
+    assert "['train', 'validation']" in str(exc.value)
+
+    with pytest.raises(ValueError, match=r"\['cs'\] not present") as exc:
+        load_translation_dataset("json", "cs", "en", data_files=files)
+    assert "['de', 'en']" in str(exc.value)
+
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        load_translation_dataset("json", "de", "en", data_files={"train": str(tmp_path / "nope.jsonl")})
+
+
+def test_csv_one_column_per_language(tmp_path):
+    path = tmp_path / "pairs.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "en", "de"])
+        w.writerow([1, "A man, smiling.", "Ein Mann, lächelnd."])
+        w.writerow([2, "3.50", "3,50"])  # numbers stay text
+        w.writerow([3, "NA", "None"])  # no pandas NA conversion
+        w.writerow([4, "", "Leer"])  # empty cell -> pair dropped
+    dd = load_translation_dataset(str(path), "de", "en")
+    assert dd["train"].column_names == ["de", "en"]
+    assert dd["train"]["de"] == ["Ein Mann, lächelnd.", "3,50", "None"]
+    assert dd["train"]["en"] == ["A man, smiling.", "3.50", "NA"]
+
+    with pytest.raises(ValueError, match=r"\['fr'\] not present") as exc:
+        load_translation_dataset(str(path), "fr", "en")
+    assert "['de', 'en'" in str(exc.value)
+
+
+def test_unsupported_file_type(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("de\ten\n")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        load_translation_dataset(str(path), "de", "en")
+
+
+# ---------------------------------------------------------------------------------------
+# the shared normaliser and the Hub code path (no network: load_dataset is replaced)
+# ---------------------------------------------------------------------------------------
+
+
+def test_normalize_split_translation_feature_and_columns(caplog):
+    wmt_like = datasets.Dataset.from_dict(
+        {"translation": [{"de": " Haus ", "en": "house"}, {"de": "Baum", "en": " "}, {"de": "Hund", "en": "dog"}]},
+        features=datasets.Features({"translation": datasets.Translation(languages=["de", "en"])}),
+    )
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        out = _normalize_split(wmt_like, "en", "de", split="train", origin="test")
+    assert out.column_names == ["en", "de"]
+    assert out.to_dict() == {"en": ["house", "dog"], "de": ["Haus", "Hund"]}
+    assert any("dropped 1 empty pairs from split train" in r.getMessage() for r in caplog.records)
+
+    columns = datasets.Dataset.from_dict({"de": ["a ", None, "c"], "en": ["x", "y", "z\n"], "score": [1.0, 2.0, 3.0]})
+    out = _normalize_split(columns, "de", "en")
+    assert out.to_dict() == {"de": ["a", "c"], "en": ["x", "z"]}
+    assert out.features == datasets.Features({"de": datasets.Value("string"), "en": datasets.Value("string")})
+
+    with pytest.raises(ValueError, match=r"languages available \(translation dict\): \['de', 'en'\]"):
+        _normalize_split(wmt_like, "fr", "en")
+    with pytest.raises(ValueError, match=r"\['de', 'en'\]"):
+        _normalize_split(columns, "de", "fr")
+
+
+def test_hub_id_path_uses_load_dataset(monkeypatch):
+    calls = []
+    fake = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"translation": [{"de": "Hallo", "en": "Hello"}] * 4}),
+            "validation": datasets.Dataset.from_dict({"translation": [{"de": "Tschüss", "en": "Bye"}]}),
+        }
+    )
+
+    def fake_load_dataset(path, name=None, **kwargs):
+        calls.append((path, name, kwargs))
+        return fake
+
+    monkeypatch.setattr(data_module.datasets, "load_dataset", fake_load_dataset)
+    dd = load_translation_dataset("wmt16", "de", "en", dataset_config_name="de-en", splits=["train"],
+                                  max_samples={"train": 2})
+    assert calls == [("wmt16", "de-en", {})]
+    assert list(dd) == ["train"]
+    assert dd["train"].to_dict() == {"de": ["Hallo", "Hallo"], "en": ["Hello", "Hello"]}
+    with pytest.raises(ValueError, match=r"unknown split.*\['train', 'validation'\]"):
+        load_translation_dataset("someone/pairs", "de", "en", splits=["test"])
+
+
+# ---------------------------------------------------------------------------------------
+# the real Multi30k folder
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="Multi30k raw folder not available")
+def test_real_multi30k():
+    dd = load_translation_dataset(str(MULTI30K), "de", "en", splits=("train", "val", "test_2016_flickr"))
+    # No Multi30k pair has an empty side, so nothing is dropped.
+    assert {s: len(d) for s, d in dd.items()} == {"train": 29000, "val": 1014, "test_2016_flickr": 1000}
+    assert dd["train"].column_names == ["de", "en"]
+    assert dd["train"][0] == {
+        "de": "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+        "en": "Two young, White males are outside near many bushes.",
+    }
+    assert dd["test_2016_flickr"][0]["en"] == "A man in an orange hat starring at something."
+    assert all(s == s.strip() and s for s in dd["train"]["de"][:2000])

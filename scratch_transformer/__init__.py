@@ -6,6 +6,7 @@ which lets `from_pretrained(..., trust_remote_code=True)` load a checkpoint with
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .modeling_scratch_transformer import (
@@ -13,6 +14,7 @@ from .modeling_scratch_transformer import (
     ScratchTransformerModel,
     ScratchTransformerPreTrainedModel,
 )
+from .pipeline_scratch_transformer import TranslationPipeline
 
 AutoConfig.register(ScratchTransformerConfig.model_type, ScratchTransformerConfig, exist_ok=True)
 AutoModel.register(ScratchTransformerConfig, ScratchTransformerModel, exist_ok=True)
@@ -22,6 +24,10 @@ ScratchTransformerConfig.register_for_auto_class()
 ScratchTransformerModel.register_for_auto_class("AutoModel")
 ScratchTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
+PIPELINE_REGISTRY.register_pipeline(
+    "scratch-translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+)
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -29,4 +35,5 @@ __all__ = [
     "ScratchTransformerPreTrainedModel",
     "ScratchTransformerModel",
     "ScratchTransformerForConditionalGeneration",
+    "TranslationPipeline",
 ]

@@ -10,6 +10,8 @@ Notation in shape comments:
 """
 
 import math
+import os
+import shutil
 
 import torch
 import torch.nn.functional as F
@@ -468,6 +470,10 @@ class ScratchTransformerDecoder(nn.Module):
 # --------------------------------------------------------------------------------------
 
 
+# The translation pipeline travels with saved checkpoints (config `custom_pipelines`) when it is beside this file.
+_PIPELINE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipeline_scratch_transformer.py")
+
+
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Teacher forcing inputs: (b, t) labels -> (b, t) [start, y1, ..., y_{t-1}], with -100 replaced by pad."""
     shifted = labels.new_zeros(labels.shape)
@@ -502,7 +508,8 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
             init.copy_(module.table, sinusoidal_position_encoding(module.max_positions, self.config.d_model))
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """HF's save_pretrained; also lists every Auto class in `auto_map`, so remote code serves all of them."""
+        """HF's save_pretrained; also lists every Auto class in `auto_map` and ships the translation pipeline
+        (config `custom_pipelines`), so remote code serves all of them."""
         if self._auto_class is not None:
             auto_map = dict(getattr(self.config, "auto_map", None) or {})
             auto_map.setdefault("AutoModel", "modeling_scratch_transformer.ScratchTransformerModel")
@@ -510,7 +517,14 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
                 "AutoModelForSeq2SeqLM", "modeling_scratch_transformer.ScratchTransformerForConditionalGeneration"
             )
             self.config.auto_map = auto_map
-        return super().save_pretrained(save_directory, *args, **kwargs)
+            if isinstance(self, GenerationMixin) and os.path.isfile(_PIPELINE_FILE):
+                self.config.custom_pipelines = {"translation": {
+                    "impl": "pipeline_scratch_transformer.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"],
+                    "type": "text"}}
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        if getattr(self.config, "custom_pipelines", None) and os.path.isfile(_PIPELINE_FILE):
+            shutil.copy(_PIPELINE_FILE, os.path.join(save_directory, os.path.basename(_PIPELINE_FILE)))
+        return result
 
 
 class ScratchTransformerModel(ScratchTransformerPreTrainedModel):

@@ -72,11 +72,45 @@ class ScratchTransformerPositionalEncoding(nn.Module):
 
 
 # --------------------------------------------------------------------------------------
+# Dropout (paper 5.4: "Residual Dropout")
+# --------------------------------------------------------------------------------------
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout: zero each element with probability p, scale the rest by 1 / (1 - p).
+
+    Same result as `F.dropout` in distribution, at half its cost on CPU: the keep/drop decisions
+    come from 16-bit slices of 64-bit random integers (one generator draw per 4 elements instead
+    of one float per element), so p is honoured to within 2^-16. Seeded by torch's generator.
+    """
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu":
+        return F.dropout(x, p, training=True)
+    n = x.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
+    bits = bits.view(torch.int16)[:n].view(x.shape)  # uniform over [-2^15, 2^15)
+    keep = bits >= round(p * 65536) - 32768
+    return torch.where(keep, x * (1.0 / (1.0 - p)), 0.0)
+
+
+class ScratchTransformerDropout(nn.Module):
+    """Module wrapper of `dropout` (so `model.eval()` switches it off)."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
+
+# --------------------------------------------------------------------------------------
 # Attention (paper 3.2)
 # --------------------------------------------------------------------------------------
 
 
-def eager_attention(query, key, value, attention_mask=None, dropout_p: float = 0.0):
+def eager_attention(query, key, value, attention_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
     """Scaled dot-product attention written out: softmax(Q K^T / sqrt(d_k) + mask) V (paper eq. 1).
 
     Args:
@@ -84,20 +118,30 @@ def eager_attention(query, key, value, attention_mask=None, dropout_p: float = 0
         attention_mask: additive float mask broadcastable to (b, h, t, s): 0 where allowed,
             the dtype's minimum where masked (finite, so a fully masked row gives no NaN).
         dropout_p: dropout on the attention weights (pass 0 at inference).
+        is_causal: query i sees keys 0..i only (t == s, no cache), as in F.scaled_dot_product_attention.
     Returns:
         (output (b, h, t, k), weights (b, h, t, s)).
     """
     scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))  # (b, h, t, s)
+    if is_causal:
+        t, s = scores.shape[-2:]
+        future = torch.ones(t, s, dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
     if attention_mask is not None:
         scores = scores + attention_mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    weights = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
+    weights = dropout(weights, dropout_p, training=dropout_p > 0)
     return torch.matmul(weights, value), weights
 
 
-def sdpa_attention(query, key, value, attention_mask=None, dropout_p: float = 0.0):
-    """The same computation through PyTorch's fused `F.scaled_dot_product_attention` (no weights returned)."""
-    output = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout_p)
+def sdpa_attention(query, key, value, attention_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
+    """The same computation through PyTorch's fused `F.scaled_dot_product_attention` (no weights returned).
+
+    With attention dropout in training the eager path is used (its dropout is the cheaper one above).
+    """
+    if dropout_p > 0:
+        return eager_attention(query, key, value, attention_mask, dropout_p, is_causal)
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, is_causal=is_causal)
     return output, None
 
 
@@ -135,12 +179,14 @@ class ScratchTransformerAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache: EncoderDecoderCache | None = None,
         output_attentions: bool = False,
+        is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """
         Args:
             hidden_states: queries' source, (b, t, d).
             key_value_states: encoder output (b, s, d) for cross-attention; None for self-attention.
             attention_mask: additive mask broadcastable to (b, h, t, keys).
+            is_causal: apply the causal mask implicitly (self-attention over a whole, unpadded prefix).
             cache: the decoder's EncoderDecoderCache, or None (encoder, or no caching).
             output_attentions: also return the weights (forces the eager path).
         Returns:
@@ -167,7 +213,7 @@ class ScratchTransformerAttention(nn.Module):
         implementation = "eager" if output_attentions else (self.config._attn_implementation or "eager")
         attend = ATTENTION_FUNCTIONS.get(implementation, sdpa_attention)
         dropout_p = self.attention_dropout if self.training else 0.0
-        output, weights = attend(query, key, value, attention_mask, dropout_p)  # (b, h, t, k)
+        output, weights = attend(query, key, value, attention_mask, dropout_p, is_causal)  # (b, h, t, k)
         output = output.transpose(1, 2).reshape(b, t, -1)  # (b, h, t, k) -> (b, t, d)
         return self.out_proj(output), weights
 
@@ -209,7 +255,7 @@ class ScratchTransformerEncoderLayer(nn.Module):
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.ffn = ScratchTransformerFeedForward(config)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = ScratchTransformerDropout(config.dropout)
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False):
         """hidden_states (b, s, d), attention_mask (b, 1, 1, s) additive -> ((b, s, d), weights or None)."""
@@ -244,7 +290,7 @@ class ScratchTransformerDecoderLayer(nn.Module):
         self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.ffn = ScratchTransformerFeedForward(config)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = ScratchTransformerDropout(config.dropout)
 
     def forward(
         self,
@@ -254,14 +300,17 @@ class ScratchTransformerDecoderLayer(nn.Module):
         cross_attention_mask=None,
         cache=None,
         output_attentions=False,
+        is_causal=False,
     ):
         """hidden_states (b, t, d), encoder_hidden_states (b, s, d), masks additive (b, 1, t, p + t) and
-        (b, 1, 1, s) -> ((b, t, d), self-attention weights, cross-attention weights)."""
+        (b, 1, 1, s) -> ((b, t, d), self-attention weights, cross-attention weights).
+        is_causal: the self-attention mask is the plain causal triangle, applied by the kernel."""
         residual = hidden_states
         if self.pre_layer_norm:
             hidden_states = self.self_attn_layer_norm(hidden_states)
         hidden_states, self_weights = self.self_attn(
-            hidden_states, attention_mask=self_attention_mask, cache=cache, output_attentions=output_attentions
+            hidden_states, attention_mask=self_attention_mask, cache=cache, output_attentions=output_attentions,
+            is_causal=is_causal,
         )
         hidden_states = residual + self.dropout(hidden_states)
         if not self.pre_layer_norm:
@@ -328,7 +377,7 @@ class ScratchTransformerEmbedding(nn.Module):
         self.embed_positions = ScratchTransformerPositionalEncoding(config)
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.vocab_size = config.vocab_size
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = ScratchTransformerDropout(config.dropout)
 
     def forward(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """input_ids (b, n) -> (b, n, d). Raises ValueError for ids outside [0, vocab_size)."""
@@ -434,12 +483,18 @@ class ScratchTransformerDecoder(nn.Module):
         hidden_states = self.embed(input_ids, offset=past_length)  # (b, t, d)
         dtype = hidden_states.dtype
 
-        self_mask = causal_mask(t, past_length, dtype, hidden_states.device)  # (1, 1, t, p + t)
+        # Self-attention mask (paper 3.2.3). Without target padding, a whole prefix needs only the
+        # causal triangle (the kernel applies it: is_causal) and one new token over the cache needs none.
+        self_mask, is_causal = None, False
         if attention_mask is not None:
             if attention_mask.size(1) == t and past_length:  # only the new tokens' mask was given
                 attention_mask = F.pad(attention_mask, (past_length, 0), value=1)
-            self_mask = self_mask + padding_mask(attention_mask, dtype)  # (b, 1, t, p + t)
-            self_mask = self_mask.clamp(min=torch.finfo(dtype).min)
+            self_mask = causal_mask(t, past_length, dtype, hidden_states.device) + padding_mask(attention_mask, dtype)
+            self_mask = self_mask.clamp(min=torch.finfo(dtype).min)  # (b, 1, t, p + t)
+        elif past_length == 0:
+            is_causal = t > 1
+        elif t > 1:
+            self_mask = causal_mask(t, past_length, dtype, hidden_states.device)  # (1, 1, t, p + t)
         cross_mask = padding_mask(encoder_attention_mask, dtype) if encoder_attention_mask is not None else None
 
         all_hidden, all_self, all_cross = [], [], []
@@ -447,7 +502,7 @@ class ScratchTransformerDecoder(nn.Module):
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             hidden_states, self_weights, cross_weights = layer(
-                hidden_states, encoder_hidden_states, self_mask, cross_mask, cache, output_attentions
+                hidden_states, encoder_hidden_states, self_mask, cross_mask, cache, output_attentions, is_causal
             )
             if output_attentions:
                 all_self.append(self_weights)

@@ -27,6 +27,7 @@ def configure_hf_env(tmp_root: Path) -> int:
         HF_HUB_DISABLE_XET="1",
         HF_HOME=str(tmp_root / "hf_home"),
         HF_HUB_DISABLE_TELEMETRY="1",
+        HF_UPDATE_DOWNLOAD_COUNTS="0",  # datasets would otherwise ping an S3 download counter on every Hub load
     )
     # Offline switches and cache-location overrides would defeat the fresh HF_HOME.
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE",

@@ -460,3 +460,31 @@ def test_bf16_autocast_forward_backward_with_padding():
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
     assert any(g.abs().sum() > 0 for g in grads)
+
+
+def test_dropout_keeps_one_minus_p_and_scales():
+    from scratch_transformer.modeling_scratch_transformer import dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(400_000, requires_grad=True)
+    y = dropout(x, 0.1, training=True)
+    kept = y > 0
+    assert kept.float().mean().item() == pytest.approx(0.9, abs=0.003)
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.9))
+    y.sum().backward()
+    assert torch.equal(x.grad > 0, kept)
+    assert dropout(x, 0.1, training=False) is x
+    torch.manual_seed(1)
+    a = dropout(x.detach(), 0.3, training=True)
+    torch.manual_seed(1)
+    assert torch.equal(a, dropout(x.detach(), 0.3, training=True))  # seeded
+
+
+def test_is_causal_path_equals_explicit_mask():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
+    explicit, _ = eager_attention(q, k, v, causal_mask(5, 0, torch.float32, "cpu"))
+    implicit, _ = eager_attention(q, k, v, is_causal=True)
+    fused, _ = sdpa_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(implicit, explicit)
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,62 @@
+"""scripts/benchmark.py end to end at --size tiny, 1 repeat: the JSON holds positive finite figures."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONTENDERS = ("ours-eager", "ours-sdpa", "marian", "naive")
+RATIO_KEYS = (
+    "train_ours_sdpa_over_marian",
+    "greedy_ours_sdpa_over_marian",
+    "beam4_ours_sdpa_over_marian",
+    "greedy_ours_sdpa_over_naive",
+    "greedy_ours_eager_over_naive",
+)
+
+
+def _positive_finite(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def test_benchmark_tiny_end_to_end(tmp_path):
+    out = tmp_path / "results_tiny.json"
+    cmd = [
+        sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"),
+        "--size", "tiny", "--repeats", "1", "--warmup", "0", "--threads", "1",
+        "--matmul-seconds", "0.02", "--memory-runs", "1", "--output_json", str(out),
+    ]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.exists()
+    assert "| ours-sdpa |" in proc.stdout and "train_ours_sdpa_over_marian" in proc.stdout
+
+    result = json.loads(out.read_text())
+    assert result["size"] == "tiny"
+    assert "benchmark.py" in result["command"]
+    machine = result["machine"]
+    assert machine["threads"] == 1 and machine["torch"] and machine["cpu_model"]
+    assert _positive_finite(result["matmul"]["reference_gflops"])
+    assert all(_positive_finite(x) for x in result["matmul"]["square_1024"])
+    assert _positive_finite(result["flops"]["train_per_step"])
+
+    assert set(result["contenders"]) == set(CONTENDERS)
+    trainable = {c["params"]["trainable"] for c in result["contenders"].values()}
+    assert len(trainable) == 1, f"parameter counts differ: {trainable}"
+    for name, c in result["contenders"].items():
+        figures = ("train", "greedy") if name == "naive" else ("train", "greedy", "beam4")
+        for figure in figures:
+            fig = c["figures"][figure]
+            for stat in ("median", "min", "max"):
+                assert _positive_finite(fig["tokens_per_s"][stat]), (name, figure, stat)
+                assert _positive_finite(fig["seconds"][stat]), (name, figure, stat)
+            assert _positive_finite(fig["fraction_of_matmul"]), (name, figure)
+            assert _positive_finite(c["memory"][figure]["peak_rss_mb"]), (name, figure)
+            assert c["memory"][figure]["peak_delta_mb"] >= 0, (name, figure)
+        assert math.isfinite(c["final_train_loss"])
+    assert "beam4" not in result["contenders"]["naive"]["figures"]
+
+    for key in RATIO_KEYS:
+        assert _positive_finite(result["ratios"].get(key)), key

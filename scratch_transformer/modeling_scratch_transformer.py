@@ -562,6 +562,12 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
         elif isinstance(module, ScratchTransformerPositionalEncoding):
             init.copy_(module.table, sinusoidal_position_encoding(module.max_positions, self.config.d_model))
 
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        # HF guesses this from the source text; our attention reads config._attn_implementation at
+        # every call, so `model.set_attn_implementation("eager" | "sdpa")` always takes effect.
+        return True
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """HF's save_pretrained; also lists every Auto class in `auto_map` and ships the translation pipeline
         (config `custom_pipelines`), so remote code serves all of them."""

@@ -85,9 +85,10 @@ def test_attention_matches_formula_and_sdpa():
 def test_eager_and_sdpa_models_agree():
     input_ids, attention_mask, labels = tester.inputs()
     model = tester.model()
-    model.config._attn_implementation = "sdpa"
+    assert model.config._attn_implementation == "sdpa"  # HF's default when _supports_sdpa
     sdpa_logits = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits
-    model.config._attn_implementation = "eager"
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
     eager_logits = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits
     torch.testing.assert_close(sdpa_logits, eager_logits, atol=1e-5, rtol=1e-5)
 

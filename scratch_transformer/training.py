@@ -60,7 +60,14 @@ class WallClockBudgetCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.training_seconds = time.perf_counter() - self.start - self.excluded
-        if self.training_seconds >= self.max_seconds:
+        over_budget = self.training_seconds >= self.max_seconds
+        if args.world_size > 1:
+            # The processes' clocks differ: one that stopped alone would leave the others waiting for it in
+            # the next step's gradient all-reduce. The main process decides for all.
+            from accelerate.utils import broadcast_object_list
+
+            over_budget = broadcast_object_list([over_budget], from_process=0)[0]
+        if over_budget:
             logger.info("training-time budget of %.1f min reached at step %d", self.max_seconds / 60,
                         state.global_step)
             control.should_training_stop = True
@@ -113,6 +120,56 @@ def sorted_checkpoints(output_dir: str) -> list[str]:
         if name.startswith("checkpoint-") and name.split("-")[-1].isdigit():
             found.append((int(name.split("-")[-1]), os.path.join(output_dir, name)))
     return [path for _, path in sorted(found)]
+
+
+def is_complete_safetensors(path: str) -> bool:
+    """True when a .safetensors file is whole: its JSON header parses and the file holds every byte the
+    header indexes (a file cut short by a crash fails this; the tensors themselves are not read)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            header_size = int.from_bytes(handle.read(8), "little")
+            if header_size <= 0 or 8 + header_size > size:
+                return False
+            header = json.loads(handle.read(header_size))
+        end = max((entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return False
+    return size >= 8 + header_size + end
+
+
+def is_complete_checkpoint(folder: str) -> bool:
+    """True when a Trainer checkpoint finished writing: whole weights, and trainer_state.json (written
+    last by Trainer._save_checkpoint) parses."""
+    state = os.path.join(folder, "trainer_state.json")
+    if not is_complete_safetensors(os.path.join(folder, "model.safetensors")) or not os.path.isfile(state):
+        return False
+    try:
+        with open(state, encoding="utf-8") as handle:
+            json.load(handle)
+    except (OSError, ValueError):  # unreadable, not UTF-8 or not JSON
+        return False
+    return True
+
+
+def last_complete_checkpoint(output_dir: str, remove_incomplete: bool = False) -> str | None:
+    """The newest checkpoint in output_dir that finished writing, or None.
+
+    A run killed while saving leaves a half-written `checkpoint-N`; with `remove_incomplete`
+    such folders newer than the last complete one are deleted (their step is trained again), so
+    that neither HF's resume nor its checkpoint rotation ever reads them.
+    """
+    checkpoints = sorted_checkpoints(output_dir)
+    for folder in reversed(checkpoints):
+        if is_complete_checkpoint(folder):
+            return folder
+        logger.warning("checkpoint %s is incomplete (interrupted while saving)%s", folder,
+                       "; removing it" if remove_incomplete else "")
+        if remove_incomplete:
+            import shutil
+
+            shutil.rmtree(folder)
+    return None
 
 
 def plot_training_curve(log_history: list[dict], path: str, metric: str = "eval_bleu") -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 import transformers
+from torch.utils.data import SequentialSampler
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
@@ -22,7 +23,6 @@ from transformers import (
     set_seed,
 )
 from transformers.trainer_pt_utils import LengthGroupedSampler
-from transformers.trainer_utils import get_last_checkpoint
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .data import load_translation_dataset
@@ -33,6 +33,8 @@ from .training import (
     WallClockBudgetCallback,
     average_checkpoints,
     count_parameters,
+    is_complete_safetensors,
+    last_complete_checkpoint,
     noam_peak_learning_rate,
     plot_training_curve,
     sorted_checkpoints,
@@ -136,13 +138,52 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         default=None, metadata={"help": "Stop training after this many minutes of training (evaluation excluded)."}
     )
 
+    def __post_init__(self):
+        # torchrun / `accelerate launch --multi_gpu` start WORLD_SIZE processes. Without a GPU, accelerate only
+        # joins them into one (gloo) group when told to use the CPU; otherwise each process would train alone on
+        # all the data and overwrite the others' files. So a multi-process launch without a GPU means the CPU.
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and not self.use_cpu and not _has_accelerator():
+            self.use_cpu = True
+        super().__post_init__()
+        if launched > 1 and self.world_size != launched:
+            raise ValueError(f"launched as {launched} processes (WORLD_SIZE) but the Trainer sees a world of "
+                             f"{self.world_size}: check the launcher's and the script's device settings")
+        if self.world_size == 1 and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" \
+                and "MASTER_ADDR" in os.environ:  # what `accelerate launch --cpu --num_processes N>1` leaves
+            logger.warning("`accelerate launch --cpu` started a single process: for several CPU processes use "
+                           "--config_file configs/accelerate_cpu_2proc.yaml (or --multi_gpu) instead of --cpu")
+
+
+def _has_accelerator() -> bool:
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+    """LengthGroupedSampler whose order depends only on (seed, epoch), like accelerate's seedable random
+    sampler: a run resumed mid-epoch replays the interrupted epoch's batches exactly, and every process
+    draws the same order."""
+
+    def __init__(self, batch_size, dataset, lengths, seed):
+        super().__init__(batch_size, dataset=dataset, lengths=lengths)
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch):  # called by the Trainer (through accelerate's DataLoaderShard) every epoch
+        self.epoch = epoch
+
+    def __iter__(self):
+        self.generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return super().__iter__()
+
 
 class TranslationTrainer(Seq2SeqTrainer):
-    """Seq2SeqTrainer whose `group_by_length` groups by max(source, target) length.
+    """Seq2SeqTrainer whose `group_by_length` groups by max(source, target) length, for training only.
 
     HF groups by the source length alone, which leaves the targets padded by 48% on Multi30k
     (their logits over the whole vocabulary are the costliest part of a step); grouping by the
-    longer side leaves 12%.
+    longer side leaves 12%. Groups are of the global batch (all processes, all accumulation steps),
+    so N processes of batch b see the same batches as one process of batch N * b.
     """
 
     def _get_train_sampler(self, train_dataset=None):
@@ -150,14 +191,33 @@ class TranslationTrainer(Seq2SeqTrainer):
         if self.args.train_sampling_strategy != "group_by_length" or "labels" not in dataset.column_names:
             return super()._get_train_sampler(train_dataset)
         lengths = [max(len(src), len(tgt)) for src, tgt in zip(dataset["input_ids"], dataset["labels"])]
-        batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
-        return LengthGroupedSampler(batch, dataset=dataset, lengths=lengths)
+        batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        return EpochSeededLengthGroupedSampler(batch, dataset=dataset, lengths=lengths, seed=seed)
+
+    def _get_eval_sampler(self, eval_dataset):
+        # HF also groups evaluation batches by length when group_by_length is on, and returns the
+        # predictions in that shuffled order; ours are scored against the references in dataset order.
+        if eval_dataset is None:
+            return None
+        return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
 
-def _build_tokenizer(model_args, data_args, raw):
+def _build_tokenizer(model_args, data_args, raw, training_args):
     if model_args.model_name_or_path or model_args.tokenizer_name:
         name = model_args.tokenizer_name or model_args.model_name_or_path
         return AutoTokenizer.from_pretrained(name, trust_remote_code=model_args.trust_remote_code)
+    if training_args.world_size > 1:
+        # Every process must hold the very same vocabulary: the main process trains it and sends it
+        # to the others (in memory: nothing is written before all the checks have passed).
+        from accelerate.utils import broadcast_object_list
+
+        tokenizer = [_train_tokenizer(model_args, data_args, raw) if training_args.process_index == 0 else None]
+        return broadcast_object_list(tokenizer, from_process=0)[0]
+    return _train_tokenizer(model_args, data_args, raw)
+
+
+def _train_tokenizer(model_args, data_args, raw):
     train = raw[data_args.train_split]
     texts = list(train[data_args.source_lang]) + list(train[data_args.target_lang])
     tokenizer = train_tokenizer(texts, vocab_size=model_args.vocab_size,
@@ -215,26 +275,42 @@ def _dataset_label(data_args) -> str:
     return os.path.basename(os.path.dirname(path)) if os.path.basename(path) == "raw" else os.path.basename(path)
 
 
-def _check_resume_checkpoint(checkpoint: str, model) -> None:
-    """A checkpoint to resume must be complete and match the model; raise naming the path and field."""
-    needed = ["config.json", "model.safetensors", "trainer_state.json"]
+def _check_resume_checkpoint(checkpoint: str, model=None, needs_tokenizer: bool = False) -> None:
+    """A checkpoint to resume must be complete (and, given the model, match it); raise naming the path and field.
+
+    Called before anything is loaded from it, and again with the model once it is built.
+    """
+    needed = ["config.json", "model.safetensors", "trainer_state.json"] + (["tokenizer.json"] if needs_tokenizer else [])
     missing = [name for name in needed if not os.path.isfile(os.path.join(checkpoint, name))]
     if missing:
         raise ValueError(f"checkpoint {checkpoint} is incomplete or corrupt: missing {', '.join(missing)}")
-    try:
-        with open(os.path.join(checkpoint, "config.json"), encoding="utf-8") as handle:
-            saved = json.load(handle)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"checkpoint {checkpoint}: config.json is not valid JSON ({error})") from error
+    saved = {}
+    for name in ("config.json", "trainer_state.json"):
+        try:
+            with open(os.path.join(checkpoint, name), encoding="utf-8") as handle:
+                saved[name] = json.load(handle)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"checkpoint {checkpoint}: {name} is not valid JSON ({error})") from error
+        if not isinstance(saved[name], dict):
+            raise ValueError(f"checkpoint {checkpoint}: {name} does not hold a JSON object")
+    if not is_complete_safetensors(os.path.join(checkpoint, "model.safetensors")):
+        raise ValueError(f"checkpoint {checkpoint}: model.safetensors is truncated or corrupt")
+    if model is None:
+        return
+    config = saved["config.json"]
     for key in ("vocab_size", "d_model", "num_heads", "encoder_layers", "decoder_layers", "d_ff",
                 "share_encoder_decoder_embeddings", "pre_layer_norm"):
-        if key in saved and saved[key] != getattr(model.config, key):
+        if key in config and config[key] != getattr(model.config, key):
             raise ValueError(f"checkpoint {checkpoint} does not match the model: config field {key} is "
-                             f"{saved[key]!r} there but {getattr(model.config, key)!r} here")
+                             f"{config[key]!r} there but {getattr(model.config, key)!r} here")
 
 
 def _check_output_dir(training_args) -> str | None:
-    """Resume from the last complete checkpoint in output_dir, or refuse to overwrite a finished run."""
+    """Resume from the last complete checkpoint in output_dir, or refuse to overwrite a finished run.
+
+    Only looks: half-written checkpoints are removed later, by `_remove_incomplete_checkpoints`, once
+    every check has passed (a failing start leaves the folder as it was).
+    """
     if training_args.resume_from_checkpoint:
         if not os.path.isdir(training_args.resume_from_checkpoint):
             raise ValueError(f"resume_from_checkpoint {training_args.resume_from_checkpoint} is not a folder")
@@ -242,14 +318,22 @@ def _check_output_dir(training_args) -> str | None:
     output_dir = training_args.output_dir
     if not training_args.do_train or not os.path.isdir(output_dir):
         return None
-    last = get_last_checkpoint(output_dir)
+    last = last_complete_checkpoint(output_dir)
     if last is not None:
         logger.info("resuming from %s (delete the output folder to start afresh)", last)
         return last
-    if os.listdir(output_dir):
+    half_written = {os.path.basename(folder) for folder in sorted_checkpoints(output_dir)}  # none is complete
+    if set(os.listdir(output_dir)) - half_written:
         raise ValueError(f"output_dir {output_dir} already exists, is not empty and holds no checkpoint to resume "
                          "from: choose another folder or delete it")
     return None
+
+
+def _remove_incomplete_checkpoints(training_args) -> None:
+    """Delete the checkpoints newer than the last complete one (a run killed while saving): their steps are
+    trained again, and neither HF's resume nor its checkpoint rotation must ever read them."""
+    if training_args.do_train and training_args.should_save and os.path.isdir(training_args.output_dir):
+        last_complete_checkpoint(training_args.output_dir, remove_incomplete=True)
 
 
 def _tokenize(raw, tokenizer, data_args, training_args):
@@ -323,6 +407,10 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
 
         check_repo_id(training_args.hub_model_id)
     resume_from = _check_output_dir(training_args)
+    tokenizer_from_checkpoint = bool(resume_from and not model_args.model_name_or_path
+                                     and not model_args.tokenizer_name)
+    if resume_from:
+        _check_resume_checkpoint(resume_from, needs_tokenizer=tokenizer_from_checkpoint)
 
     # 1. data (everything is checked before anything is written)
     splits = [s for s, wanted in ((data_args.train_split, training_args.do_train),
@@ -334,20 +422,20 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
                                                 (data_args.test_split, data_args.test_file)) if path}
     caps = {data_args.train_split: data_args.max_train_samples, data_args.validation_split: data_args.max_eval_samples,
             data_args.test_split: data_args.max_predict_samples}
+    to_load = [s for s in splits if not data_files or s in data_files]
     raw = load_translation_dataset(
-        data_args.dataset_name or "json", data_args.source_lang, data_args.target_lang,
-        splits=[s for s in splits if not data_files or s in data_files],
+        data_args.dataset_name or "json", data_args.source_lang, data_args.target_lang, splits=to_load,
         dataset_config_name=data_args.dataset_config_name, data_files=data_files or None,
-        max_samples={k: v for k, v in caps.items() if v},
+        max_samples={k: v for k, v in caps.items() if v and k in to_load},  # e.g. no test cap without do_predict
     )
     for split in splits:
         if split not in raw:
             raise ValueError(f"split {split!r} not found; found {sorted(raw)}")
 
     # 2. tokenizer and model
-    if resume_from and not model_args.model_name_or_path and not model_args.tokenizer_name:
+    if tokenizer_from_checkpoint:
         model_args.tokenizer_name = resume_from  # the tokenizer the interrupted run trained
-    tokenizer = _build_tokenizer(model_args, data_args, raw)
+    tokenizer = _build_tokenizer(model_args, data_args, raw, training_args)
     model = _build_model(model_args, tokenizer)
     if resume_from:
         _check_resume_checkpoint(resume_from, model)
@@ -384,6 +472,7 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
 
     # 3. train
     if training_args.do_train:
+        _remove_incomplete_checkpoints(training_args)
         start = time.perf_counter()
         train_result = trainer.train(resume_from_checkpoint=resume_from)
         wall = time.perf_counter() - start
@@ -399,8 +488,14 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
         trainer.save_metrics("train", metrics)
         trainer.save_state()
 
-        # 3b. checkpoint averaging (paper 6.1), kept only if it does not hurt validation BLEU
+        # 3b. checkpoint averaging (paper 6.1), kept only if it does not hurt validation BLEU. Every process
+        # takes the same decision: they list the checkpoints once the main process has finished rotating
+        # them, and evaluate() gathers the predictions, so that all compute the same BLEU.
+        trainer.accelerator.wait_for_everyone()
         checkpoints = sorted_checkpoints(training_args.output_dir)[-model_args.average_last_checkpoints:]
+        if model_args.average_last_checkpoints > 1 and trainer.is_fsdp_enabled:
+            logger.warning("checkpoint averaging is skipped under FSDP (the model's weights are sharded)")
+            checkpoints = []
         if model_args.average_last_checkpoints > 1 and len(checkpoints) > 1:
             last_bleu = trainer.evaluate(metric_key_prefix="eval_last")["eval_last_bleu"]
             last_state = {k: v.clone() for k, v in model.state_dict().items()}

@@ -358,8 +358,13 @@ def test_remote_code_load_without_the_package(tmp_path):
     model = tester.model()
     input_ids, attention_mask, labels = tester.inputs()
     model.save_pretrained(tmp_path / "ckpt")
-    torch.save({"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
-                "logits": model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits},
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread on both sides: bit-identical matmul reductions
+    try:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits
+    finally:
+        torch.set_num_threads(threads)
+    torch.save({"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels, "logits": logits},
                tmp_path / "io.pt")
     script = textwrap.dedent(f"""
         import importlib.abc, sys
@@ -375,6 +380,7 @@ def test_remote_code_load_without_the_package(tmp_path):
         except ImportError:
             pass
         import torch
+        torch.set_num_threads(1)
         from transformers import AutoModelForSeq2SeqLM, AutoModel
         io = torch.load({str(tmp_path / "io.pt")!r})
         model = AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path / "ckpt")!r}, trust_remote_code=True).eval()

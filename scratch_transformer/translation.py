@@ -280,7 +280,8 @@ def _check_resume_checkpoint(checkpoint: str, model=None, needs_tokenizer: bool 
 
     Called before anything is loaded from it, and again with the model once it is built.
     """
-    needed = ["config.json", "model.safetensors", "trainer_state.json"] + (["tokenizer.json"] if needs_tokenizer else [])
+    needed = ["config.json", "model.safetensors", "trainer_state.json"]
+    needed += ["tokenizer.json"] if needs_tokenizer else []
     missing = [name for name in needed if not os.path.isfile(os.path.join(checkpoint, name))]
     if missing:
         raise ValueError(f"checkpoint {checkpoint} is incomplete or corrupt: missing {', '.join(missing)}")

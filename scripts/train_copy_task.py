@@ -53,14 +53,14 @@ class CopyTaskArguments:
     num_heads: int = field(default=4, metadata={"help": "Attention heads h (paper 3.2.2)."})
     layers: int = field(default=2, metadata={"help": "Encoder layers, and as many decoder layers (paper 3.1)."})
     d_ff: int = field(default=256, metadata={"help": "Feed-forward inner width (paper 3.3)."})
-    dropout: float = field(default=0.0, metadata={"help": "Residual/embedding dropout (paper 5.4; 0.1 there)."})
+    dropout: float = field(default=0.1, metadata={"help": "Residual/embedding dropout (paper 5.4: 0.1)."})
     torch_threads: int = field(
         default=1,
         metadata={"help": "CPU threads for torch (0: torch's default). A model this small is fastest on one; "
                           "more threads mostly add synchronisation, and thrash on a busy machine."},
     )
     noam_factor: float = field(
-        default=1.0,
+        default=0.5,
         metadata={"help": "Scale of the Noam schedule: peak lr = factor * d_model^-0.5 * warmup^-0.5 (paper 5.3)."},
     )
 
@@ -79,8 +79,8 @@ class CopyTrainingArguments(TrainingArguments):
     """HF's TrainingArguments with this demo's defaults: the paper's Adam and Noam schedule, a short CPU run."""
 
     output_dir: str = field(default="outputs/copy_task", metadata={"help": "Where the final model is saved."})
-    max_steps: int = field(default=800, metadata={"help": "Optimizer steps to train for."})
-    per_device_train_batch_size: int = field(default=64, metadata={"help": "Sequences per step."})
+    max_steps: int = field(default=1000, metadata={"help": "Optimizer steps to train for."})
+    per_device_train_batch_size: int = field(default=128, metadata={"help": "Sequences per step."})
     learning_rate: float | None = field(
         default=None,
         metadata={"help": "Peak learning rate; default: the Noam peak from d_model, warmup_steps and noam_factor."},
@@ -88,7 +88,7 @@ class CopyTrainingArguments(TrainingArguments):
     lr_scheduler_type: str = field(
         default="inverse_sqrt", metadata={"help": "inverse_sqrt + warmup_steps = the paper's schedule (5.3)."}
     )
-    warmup_steps: float = field(default=100, metadata={"help": "Linear warmup steps of the Noam schedule."})
+    warmup_steps: float = field(default=200, metadata={"help": "Linear warmup steps of the Noam schedule."})
     adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (paper 5.3)."})
     adam_epsilon: float = field(default=1e-9, metadata={"help": "Adam epsilon (paper 5.3)."})
     weight_decay: float = field(default=0.0, metadata={"help": "Weight decay (none in the paper)."})

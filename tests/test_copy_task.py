@@ -1,14 +1,12 @@
 """scripts/train_copy_task.py end to end: Trainer learns the copy task, the saved model reloads and generates alike."""
 
-import importlib.util
 import json
 import random
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import REPO_ROOT
+from conftest import load_script as load_conftest_script
 from transformers import AutoModelForSeq2SeqLM
 
 from scratch_transformer import ScratchTransformerConfig, ScratchTransformerForConditionalGeneration
@@ -29,12 +27,7 @@ FAST_ARGS = [
 
 
 def load_script():
-    """scripts/ is not a package: load the script as a module from its file (registered, so its classes pickle)."""
-    spec = importlib.util.spec_from_file_location("train_copy_task", REPO_ROOT / "scripts" / "train_copy_task.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_conftest_script("train_copy_task")
 
 
 def check_saved_model(script, results, output_dir, max_length):

@@ -6,7 +6,6 @@ import csv
 import gzip
 import json
 import logging
-import os
 from pathlib import Path
 
 import datasets

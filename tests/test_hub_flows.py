@@ -9,7 +9,6 @@ push/pull through the transformers and datasets APIs, and the failure paths. Rep
 """
 
 import hashlib
-import importlib.util
 import json
 import os
 import socket
@@ -19,7 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import MULTI30K, REPO_ROOT
+from conftest import MULTI30K, REPO_ROOT, load_script
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -104,13 +103,6 @@ def loopback_only():
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(f"pushtest_{name}", REPO_ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 train_translation = load_script("train_translation")

@@ -1,23 +1,14 @@
 """End-to-end runs of scripts/train_translation.py with tiny models (real Multi30k subset and synthetic pairs)."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 import yaml
-from conftest import MULTI30K, REPO_ROOT
+from conftest import MULTI30K, load_script
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 TINY = "d_model=64,num_heads=4,encoder_layers=2,decoder_layers=2,d_ff=128,dropout=0.0"
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 train_translation = load_script("train_translation")

@@ -22,7 +22,7 @@ from transformers import (
     Seq2SeqTrainingArguments,
     set_seed,
 )
-from transformers.trainer_pt_utils import LengthGroupedSampler
+from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .data import load_translation_dataset
@@ -161,9 +161,17 @@ def _has_accelerator() -> bool:
 
 
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
-    """LengthGroupedSampler whose order depends only on (seed, epoch), like accelerate's seedable random
-    sampler: a run resumed mid-epoch replays the interrupted epoch's batches exactly, and every process
-    draws the same order."""
+    """Length-grouped batches in shuffled order; the order depends only on (seed, epoch).
+
+    HF's `get_length_grouped_indices` sorts each mega-batch of 50 batches by length and returns its
+    batches longest-first, so training runs in 50-step sweeps from long to short sentences. The model
+    follows the sweep: on Multi30k its greedy output length on the validation set swung between 10
+    and 24 tokens from one evaluation to the next (loops on long inputs right after the long batches).
+    Here the full batches are shuffled after grouping (as fairseq does), which keeps the padding
+    saving and removes the sweep; the longest batch stays first and a short last batch stays last.
+    Seeding by (seed, epoch), like accelerate's seedable sampler, makes a run resumed mid-epoch
+    replay the interrupted epoch's batches exactly, and every process draw the same order.
+    """
 
     def __init__(self, batch_size, dataset, lengths, seed):
         super().__init__(batch_size, dataset=dataset, lengths=lengths)
@@ -174,7 +182,12 @@ class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
 
     def __iter__(self):
         self.generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return super().__iter__()
+        indices = get_length_grouped_indices(self.lengths, self.batch_size, generator=self.generator)
+        n_full = len(indices) // self.batch_size
+        batches = [indices[i * self.batch_size : (i + 1) * self.batch_size] for i in range(n_full)]
+        order = [0] + (torch.randperm(n_full - 1, generator=self.generator) + 1).tolist() if n_full else []
+        shuffled = [i for b in order for i in batches[b]]
+        return iter(shuffled + indices[n_full * self.batch_size :])
 
 
 class TranslationTrainer(Seq2SeqTrainer):

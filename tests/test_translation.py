@@ -117,3 +117,47 @@ def test_memorisation_reaches_bleu_above_90(tmp_path):
     )
     results = train_translation.main(argv)
     assert results["test_bleu"] > 90, results["examples"]
+
+
+def _batch_max_lengths(indices, lengths, batch_size):
+    return [max(lengths[i] for i in indices[k : k + batch_size]) for k in range(0, len(indices), batch_size)]
+
+
+def _sweep_correlation(batch_max, run=50):
+    """Mean Pearson correlation between a batch's position within each run of `run` batches and its length."""
+    import torch
+
+    corrs = []
+    for k in range(0, len(batch_max) - run + 1, run):
+        y = torch.tensor(batch_max[k : k + run], dtype=torch.float64)
+        x = torch.arange(run, dtype=torch.float64)
+        corrs.append(torch.corrcoef(torch.stack([x, y]))[0, 1].item())
+    return sum(corrs) / len(corrs)
+
+
+def test_length_grouped_sampler_groups_lengths_but_shuffles_batch_order():
+    """Batches hold similar lengths (little padding) but come in random order, not in HF's 50-batch
+    sweeps from long to short, and the order is a function of (seed, epoch) only."""
+    import torch
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from scratch_transformer.translation import EpochSeededLengthGroupedSampler
+
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(3, 41, (29000,), generator=generator).tolist()
+    batch_size = 128
+    sampler = EpochSeededLengthGroupedSampler(batch_size, dataset=None, lengths=lengths, seed=42)
+    indices = list(sampler)
+    assert sorted(indices) == list(range(len(lengths)))
+    assert indices == list(sampler)  # same (seed, epoch): same order
+    sampler.set_epoch(1)
+    assert indices != list(sampler)
+
+    ours = _batch_max_lengths(indices, lengths, batch_size)
+    assert ours[0] == max(lengths)  # the longest batch first, so memory errors show at once
+    padding = sum(m * min(batch_size, len(lengths) - k * batch_size) for k, m in enumerate(ours)) / sum(lengths) - 1
+    assert padding < 0.05  # uniform lengths 3..40: random batches would pad ~80%
+    assert abs(_sweep_correlation(ours)) < 0.2
+
+    stock = LengthGroupedSampler(batch_size, lengths=lengths, generator=torch.Generator().manual_seed(42))
+    assert _sweep_correlation(_batch_max_lengths(list(stock), lengths, batch_size)) < -0.9  # HF's sweep

@@ -774,6 +774,19 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
             encoder_attentions=outputs.encoder_attentions,
         )
 
+    @staticmethod
+    def _reorder_cache(cache: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
+        """Beam search, after each step: keep the self-attention keys/values of the surviving beams.
+
+        beam_idx (b * beams,) picks, for each new beam, the row it continues. Beam search only moves
+        hypotheses among the beams of one source sentence, and those beams' cross-attention keys/values
+        are identical (computed from the same encoder output), so only the self-attention cache
+        (b * beams, h, p, k) is gathered. HF's default also gathers the cross-attention cache: the same
+        rows, copied every step.
+        """
+        cache.self_attention_cache.reorder_cache(beam_idx)
+        return cache
+
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Labels (b, t) -> decoder_input_ids (b, t); called by DataCollatorForSeq2Seq."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

@@ -100,6 +100,9 @@ class DataTrainingArguments:
     max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
     num_beams: int = field(default=4, metadata={"help": "Beam size for the final test and the saved generation config."})
     length_penalty: float = field(default=1.0, metadata={"help": "Beam-search length penalty (exponent on length)."})
+    no_repeat_ngram_size: int = field(
+        default=0, metadata={"help": "Final test and saved generation config: never repeat an n-gram of this size "
+                                     "within a translation (0 = off)."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
 
     def __post_init__(self):
@@ -532,11 +535,20 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
         trainer.log_metrics("eval", metrics)
         trainer.save_metrics("eval", metrics)
 
-    # 5. test: beam search, scored against the raw references
+    # 5. test: beam search, scored against the raw references. The n-gram block is a decoding choice for
+    # the test and the shipped generation config; validation during training stays plain greedy.
+    if data_args.no_repeat_ngram_size:
+        model.generation_config.update(no_repeat_ngram_size=data_args.no_repeat_ngram_size)
+        if training_args.do_train and trainer.is_world_process_zero():
+            model.generation_config.save_pretrained(training_args.output_dir)
     if training_args.do_predict:
+        # The test decodes the saved fp32 weights as users will (translate.py, pipeline): without the
+        # bf16/fp16 autocast that accelerate wraps around forward for training and validation.
+        trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
         prediction = trainer.predict(tokenized[data_args.test_split], metric_key_prefix="test",
                                      num_beams=data_args.num_beams, max_length=data_args.max_target_length,
-                                     length_penalty=data_args.length_penalty)
+                                     length_penalty=data_args.length_penalty,
+                                     no_repeat_ngram_size=data_args.no_repeat_ngram_size)
         if trainer.is_world_process_zero():
             hypotheses = decode_ids(tokenizer, prediction.predictions)
             test_raw = raw[data_args.test_split]

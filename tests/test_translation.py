@@ -36,7 +36,7 @@ def multi30k_run(tmp_path_factory):
         output_dir, dataset_name=MULTI30K, validation_split="val", test_split="test_2016_flickr",
         max_train_samples=1500, max_eval_samples=40, max_predict_samples=40, config_overrides=TINY,
         vocab_size=1000, max_steps=60, warmup_steps=20, learning_rate=3e-3, eval_strategy="steps", eval_steps=30,
-        num_beams=2,
+        num_beams=2, no_repeat_ngram_size=2, bf16=True, use_cpu=True,
     )
     results = train_translation.main(argv)
     return output_dir, results
@@ -63,6 +63,25 @@ def test_end_to_end_run_writes_every_output(multi30k_run):
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
     generation = json.loads((output_dir / "generation_config.json").read_text())
     assert generation["num_beams"] == 2 and generation["max_length"] == 40
+    assert generation["no_repeat_ngram_size"] == 2
+
+
+def test_test_predictions_are_the_saved_model_decoded_in_fp32(multi30k_run):
+    """Training ran under bf16 autocast; the final test decodes the saved fp32 weights, so a user who
+    loads the folder and translates the test sources gets exactly generated_predictions.txt."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from scratch_transformer.data import load_translation_dataset
+    from scratch_transformer.inference import translate
+
+    output_dir, _ = multi30k_run
+    model = AutoModelForSeq2SeqLM.from_pretrained(output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    test = load_translation_dataset(MULTI30K, "de", "en", splits=["test_2016_flickr"],
+                                    max_samples={"test_2016_flickr": 40})["test_2016_flickr"]
+    ours = translate(model, tokenizer, list(test["de"]), batch_size=64, max_source_length=40)
+    predictions = (output_dir / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
+    assert ours == predictions
 
 
 def test_model_card_metadata_matches_results(multi30k_run):

@@ -487,6 +487,23 @@ def test_dropout_keeps_one_minus_p_and_scales():
     assert torch.equal(a, dropout(x.detach(), 0.3, training=True))  # seeded
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_scales_kept_values_exactly_as_x_over_one_minus_p(dtype):
+    """Kept values are x * (1 / (1 - p)) rounded once in x's dtype, in the forward and the backward
+    (a bf16 mask holding 1 / 0.9 would round it to 1.109 and bias every kept value by -0.16%)."""
+    from scratch_transformer.modeling_scratch_transformer import dropout
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 24, 256).to(dtype).requires_grad_()
+    grad = torch.randn(64, 24, 256).to(dtype)
+    y = dropout(x, 0.1, training=True)
+    y.backward(grad)
+    kept = y != 0
+    expected = torch.where(kept, x.detach() * (1 / 0.9), 0.0)
+    assert torch.equal(y.detach(), expected)
+    assert torch.equal(x.grad, torch.where(kept, grad * (1 / 0.9), 0.0))
+
+
 def test_is_causal_path_equals_explicit_mask():
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)

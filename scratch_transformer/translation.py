@@ -383,6 +383,9 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
         "dataset_name": results["dataset_name"], "dataset_id": results["dataset_id"],
         "test_split": data_args.test_split, "bleu": results["test_bleu"], "chrf": results["test_chrf"],
         "bleu_signature": results["bleu_signature"], "num_beams": data_args.num_beams,
+        "decoding": ", ".join([f"beam {data_args.num_beams}", f"length penalty {data_args.length_penalty:g}"]
+                              + ([f"no repeated {data_args.no_repeat_ngram_size}-gram"]
+                                 if data_args.no_repeat_ngram_size else [])),
         "d_model": config.d_model, "num_heads": config.num_heads, "encoder_layers": config.encoder_layers,
         "decoder_layers": config.decoder_layers, "d_ff": config.d_ff, "dropout": config.dropout,
         "norm": "pre-LN" if config.pre_layer_norm else "post-LN", "num_parameters": f"{count_parameters(model):,}",
@@ -390,11 +393,12 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
         "training_summary": (
             f"{results.get('train_steps', '?')} steps of batch {training_args.per_device_train_batch_size} "
             f"x {training_args.world_size} process(es), Adam (0.9, {training_args.adam_beta2}, "
-            f"{training_args.adam_epsilon}), {training_args.lr_scheduler_type} schedule with "
+            f"{training_args.adam_epsilon}), {getattr(training_args.lr_scheduler_type, 'value', training_args.lr_scheduler_type)} schedule with "
             f"{training_args.warmup_steps} warmup steps and peak learning rate {training_args.learning_rate:g}, "
             f"label smoothing {training_args.label_smoothing_factor}; "
-            f"{results.get('train_minutes', 0):.1f} minutes of training. Checkpoint averaging: "
-            f"{results.get('averaged_checkpoints', 0)} checkpoints."
+            f"{results.get('train_minutes', 0):.1f} minutes of training. "
+            + (f"Weights: the average of the last {results['averaged_checkpoints']} checkpoints (paper 6.1)."
+               if results.get("averaged_checkpoints") else "Weights: the last checkpoint.")
         ),
     }
     card = render_model_card(card_values, model_args.card_template)

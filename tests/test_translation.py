@@ -96,6 +96,8 @@ def test_model_card_metadata_matches_results(multi30k_run):
     bleu = [r.metric_value for r in card.data.eval_results if r.metric_type == "bleu"]
     assert bleu == [all_results["test_bleu"]]
     assert f"| {all_results['test_bleu']} |" in text
+    assert "| beam 2, length penalty 1, no repeated 2-gram |" in text  # the test's decoding, as run
+    assert "inverse_sqrt schedule" in text and "SchedulerType" not in text  # the default (Noam)
 
 
 def test_fine_tune_from_checkpoint_keeps_tokenizer(multi30k_run, tmp_path):

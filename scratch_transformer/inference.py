@@ -21,10 +21,18 @@ def translate(model, tokenizer, sentences: Sequence[str], batch_size: int = 32, 
     Returns:
         one detokenised translation per input sentence.
     Raises:
-        ValueError: batch_size < 1 or a non-string input.
+        ValueError: batch_size or num_beams < 1, a single string instead of a list, a non-string item,
+            or num_return_sequences other than 1.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if isinstance(sentences, str):
+        raise ValueError("sentences must be a list of strings, got one string (wrap it: [sentence])")
+    if num_beams is not None and num_beams < 1:
+        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise ValueError("translate() returns one translation per sentence; for n-best lists call "
+                         "model.generate(..., num_return_sequences=k) directly")
     for index, sentence in enumerate(sentences):
         if not isinstance(sentence, str):
             raise ValueError(f"sentence {index} is a {type(sentence).__name__}, not a string")

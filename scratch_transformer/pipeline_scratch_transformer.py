@@ -30,18 +30,29 @@ class TranslationPipeline(Pipeline):
             preprocess_params["max_source_length"] = max_source_length
         return preprocess_params, generate_kwargs, {}
 
+    def __call__(self, inputs, *args, **kwargs):
+        if isinstance(inputs, (list, tuple)) and len(inputs) == 0:
+            return []
+        return super().__call__(inputs, *args, **kwargs)
+
     def preprocess(self, text, max_source_length=None):
         if not isinstance(text, str):
             raise ValueError(f"TranslationPipeline expects a string or a list of strings, got {type(text).__name__}")
-        return self.tokenizer(text, return_tensors="pt", truncation=max_source_length is not None,
+        if not text.strip():
+            return {"empty": True}  # an empty sentence translates to an empty string, as in translate()
+        return self.tokenizer(text.strip(), return_tensors="pt", truncation=max_source_length is not None,
                               max_length=max_source_length)
 
     def _forward(self, model_inputs, **generate_kwargs):
+        if "input_ids" not in model_inputs:
+            return {"output_ids": None}
         with torch.no_grad():
             output_ids = self.model.generate(input_ids=model_inputs["input_ids"],
                                              attention_mask=model_inputs["attention_mask"], **generate_kwargs)
         return {"output_ids": output_ids}
 
     def postprocess(self, model_outputs):
+        if model_outputs["output_ids"] is None:
+            return [{"translation_text": ""}]
         texts = self.tokenizer.batch_decode(model_outputs["output_ids"], skip_special_tokens=True)
         return [{"translation_text": text.strip()} for text in texts]

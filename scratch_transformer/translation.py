@@ -110,6 +110,8 @@ class DataTrainingArguments:
         if sum(sources) != 1:
             raise ValueError("give either --dataset_name (Hub id or folder) or --train_file/--validation_file/"
                              "--test_file, not both and not neither")
+        if self.no_repeat_ngram_size < 0:
+            raise ValueError(f"no_repeat_ngram_size must be >= 0 (0 = off), got {self.no_repeat_ngram_size}")
         if self.source_lang == self.target_lang:
             raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}")
         if self.num_beams < 1:

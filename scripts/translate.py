@@ -6,6 +6,7 @@ Examples:
     echo "Zwei Kinder spielen im Sand." | python scripts/translate.py --model user/scratch-de-en --trust_remote_code
 """
 
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -24,17 +25,35 @@ class TranslateArguments:
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow the model's own code from the Hub."})
 
 
+def _read_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8-sig") as handle:  # -sig: drop a byte-order mark if an editor wrote one
+            return handle.read().splitlines()
+    except UnicodeDecodeError as error:
+        raise SystemExit(f"{path}: not UTF-8 text (byte {error.start}: {error.object[error.start:error.start + 1]!r}); "
+                         "convert it, e.g. iconv -f latin1 -t utf-8") from None
+
+
 def main(argv=None) -> list[str]:
     argv = sys.argv[1:] if argv is None else argv
     parser = HfArgumentParser(TranslateArguments)
     args, sentences = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    unknown = [s for s in sentences if s.startswith("--")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.input_file and sentences:
         parser.error("give sentences as arguments or --input_file, not both")
+    if args.num_beams is not None and args.num_beams < 1:
+        parser.error(f"--num_beams must be >= 1, got {args.num_beams}")
+    if os.path.isabs(args.model) or args.model.startswith((".", "~")) or args.model.count("/") > 1:
+        if not os.path.isdir(os.path.expanduser(args.model)):
+            parser.error(f"--model {args.model}: no such folder (give a trained model's folder or a Hub id)")
+    if args.output_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.output_file))):
+        parser.error(f"--output_file {args.output_file}: its folder does not exist")
     if args.input_file:
-        with open(args.input_file, encoding="utf-8") as handle:
-            sentences = handle.read().splitlines()
+        sentences = _read_lines(args.input_file)
     elif not sentences:
-        sentences = sys.stdin.read().splitlines()
+        sentences = sys.stdin.read().removeprefix("\ufeff").splitlines()
 
     from scratch_transformer.inference import translate  # importing the package registers the model
 
@@ -43,7 +62,7 @@ def main(argv=None) -> list[str]:
                                                   trust_remote_code=args.trust_remote_code)
     translations = translate(model, tokenizer, sentences, batch_size=args.batch_size, num_beams=args.num_beams,
                              max_new_tokens=args.max_new_tokens, progress=args.input_file is not None)
-    text = "\n".join(translations) + "\n"
+    text = "".join(line + "\n" for line in translations)  # no input lines: no output lines
     if args.output_file:
         with open(args.output_file, "w", encoding="utf-8") as handle:
             handle.write(text)

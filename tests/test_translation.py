@@ -182,3 +182,66 @@ def test_length_grouped_sampler_groups_lengths_but_shuffles_batch_order():
 
     stock = LengthGroupedSampler(batch_size, lengths=lengths, generator=torch.Generator().manual_seed(42))
     assert _sweep_correlation(_batch_max_lengths(list(stock), lengths, batch_size)) < -0.9  # HF's sweep
+
+
+translate_script = load_script("translate")
+
+
+def test_translate_script_rejects_bad_input_before_work(multi30k_run, tmp_path, capsys):
+    output_dir, _ = multi30k_run
+    model = str(output_dir)
+    bad = {
+        "unrecognized arguments: --bogus": ["--model", model, "--bogus", "3", "Ein Hund."],
+        "--num_beams must be >= 1": ["--model", model, "--num_beams", "0", "Ein Hund."],
+        "no such folder": ["--model", str(tmp_path / "missing"), "Ein Hund."],
+        "its folder does not exist": ["--model", model, "--output_file", str(tmp_path / "no" / "x.txt"), "Ein Hund."],
+    }
+    for message, argv in bad.items():
+        with pytest.raises(SystemExit):
+            translate_script.main(argv)
+        assert message in capsys.readouterr().err, message
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("Grüße\n".encode("latin-1"))
+    with pytest.raises(SystemExit, match="not UTF-8 text"):
+        translate_script.main(["--model", model, "--input_file", str(latin1)])
+
+
+def test_translate_script_files_empty_and_byte_order_mark(multi30k_run, tmp_path):
+    output_dir, _ = multi30k_run
+    model = str(output_dir)
+    empty, out = tmp_path / "empty.txt", tmp_path / "out.txt"
+    empty.write_text("")
+    assert translate_script.main(["--model", model, "--input_file", str(empty), "--output_file", str(out)]) == []
+    assert out.read_text() == ""
+    plain, bom = tmp_path / "plain.txt", tmp_path / "bom.txt"
+    plain.write_text("Zwei Hunde spielen im Schnee.\n\nEin Mann.\n", encoding="utf-8")
+    bom.write_text("Zwei Hunde spielen im Schnee.\n\nEin Mann.\n", encoding="utf-8-sig")
+    expected = translate_script.main(["--model", model, "--input_file", str(plain), "--num_beams", "1"])
+    assert len(expected) == 3 and expected[1] == ""
+    assert translate_script.main(["--model", model, "--input_file", str(bom), "--num_beams", "1"]) == expected
+
+
+def test_translate_function_and_pipeline_edge_cases(multi30k_run):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from scratch_transformer import TranslationPipeline
+    from scratch_transformer.inference import translate
+
+    output_dir, _ = multi30k_run
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(output_dir), AutoTokenizer.from_pretrained(output_dir)
+    with pytest.raises(ValueError, match="one string"):
+        translate(model, tokenizer, "Ein Hund.")
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        translate(model, tokenizer, ["Ein Hund.", "Eine Frau."], num_return_sequences=2)
+    with pytest.raises(ValueError, match="num_beams"):
+        translate(model, tokenizer, ["Ein Hund."], num_beams=0)
+    pipe = TranslationPipeline(model=model, tokenizer=tokenizer)
+    assert pipe("") == [{"translation_text": ""}]
+    assert pipe([]) == []
+    assert pipe("Ein Hund.", num_beams=1) == [{"translation_text": translate(model, tokenizer, ["Ein Hund."],
+                                                                             num_beams=1)[0]}]
+
+
+def test_negative_no_repeat_ngram_size_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="no_repeat_ngram_size must be >= 0"):
+        train_translation.main(common_flags(tmp_path / "run", dataset_name=MULTI30K, no_repeat_ngram_size=-1))

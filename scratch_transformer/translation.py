@@ -169,9 +169,10 @@ class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
     """Length-grouped batches in shuffled order; the order depends only on (seed, epoch).
 
     HF's `get_length_grouped_indices` sorts each mega-batch of 50 batches by length and returns its
-    batches longest-first, so training runs in 50-step sweeps from long to short sentences. The model
-    follows the sweep: on Multi30k its greedy output length on the validation set swung between 10
-    and 24 tokens from one evaluation to the next (loops on long inputs right after the long batches).
+    batches longest-first, so training runs in 50-step sweeps from long to short sentences. With it,
+    the main job's greedy output length on the validation set swung between 10 and 24 tokens from one
+    evaluation to the next (loops on long inputs); with shuffled batches (and attention dropout) it
+    stayed within 13.9-16.5 from step 1000 on and the validation loss was lower at every evaluation.
     Here the full batches are shuffled after grouping (as fairseq does), which keeps the padding
     saving and removes the sweep; the longest batch stays first and a short last batch stays last.
     Seeding by (seed, epoch), like accelerate's seedable sampler, makes a run resumed mid-epoch
@@ -190,6 +191,7 @@ class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
         indices = get_length_grouped_indices(self.lengths, self.batch_size, generator=self.generator)
         n_full = len(indices) // self.batch_size
         batches = [indices[i * self.batch_size : (i + 1) * self.batch_size] for i in range(n_full)]
+        # batch 0 holds the longest sequence (memory errors show at once): keep it first, shuffle the rest
         order = [0] + (torch.randperm(n_full - 1, generator=self.generator) + 1).tolist() if n_full else []
         shuffled = [i for b in order for i in batches[b]]
         return iter(shuffled + indices[n_full * self.batch_size :])
@@ -378,6 +380,7 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
 
     config = model.config
     examples = results.get("examples") or [{"source": "Ein Mann fährt Fahrrad."}]
+    schedule = getattr(training_args.lr_scheduler_type, "value", training_args.lr_scheduler_type)  # enum -> "linear"
     card_values = {
         "model_name": training_args.hub_model_id or os.path.basename(os.path.abspath(output_dir)),
         "repo_id": training_args.hub_model_id or os.path.abspath(output_dir),
@@ -395,7 +398,7 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
         "training_summary": (
             f"{results.get('train_steps', '?')} steps of batch {training_args.per_device_train_batch_size} "
             f"x {training_args.world_size} process(es), Adam (0.9, {training_args.adam_beta2}, "
-            f"{training_args.adam_epsilon}), {getattr(training_args.lr_scheduler_type, 'value', training_args.lr_scheduler_type)} schedule with "
+            f"{training_args.adam_epsilon}), {schedule} schedule with "
             f"{training_args.warmup_steps} warmup steps and peak learning rate {training_args.learning_rate:g}, "
             f"label smoothing {training_args.label_smoothing_factor}; "
             f"{results.get('train_minutes', 0):.1f} minutes of training. "

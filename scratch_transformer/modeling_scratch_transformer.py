@@ -112,6 +112,46 @@ class ScratchTransformerDropout(nn.Module):
 
 
 # --------------------------------------------------------------------------------------
+# Linear projections (every W of the paper: W^Q, W^K, W^V, W^O, W_1, W_2, the output projection)
+# --------------------------------------------------------------------------------------
+
+
+def _onednn_linear_available() -> bool:
+    try:
+        return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._linear_pointwise.default is not None
+    except (AttributeError, RuntimeError):
+        return False
+
+
+_ONEDNN_LINEAR = _onednn_linear_available()
+
+
+class ScratchTransformerLinear(nn.Linear):
+    """y = x W^T + b: nn.Linear, with its parameters, init and state-dict names, and a faster inference kernel.
+
+    Shapes: x (..., in_features) -> (..., out_features). At inference on CPU (autograd off, fp32, no
+    autocast), the product runs through oneDNN's linear kernel (`torch.ops.mkldnn._linear_pointwise`,
+    the kernel torch.compile picks for CPU linears) instead of nn.Linear's MKL sgemm: for the 64-row
+    inputs of decoding on 2 cores it is 1.2-1.4x faster (output projection 256 -> 8000: 2.1 -> 1.6 ms;
+    256 -> 1024: 238 -> 190 us; `scripts/benchmark.py` gives the end-to-end effect). Same values up to
+    float rounding (summation order; about 1e-6 relative). Training, other dtypes/devices and builds
+    without oneDNN use F.linear.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (
+            _ONEDNN_LINEAR
+            and not torch.is_grad_enabled()
+            and x.device.type == "cpu"
+            and x.dtype == torch.float32
+            and self.weight.dtype == torch.float32
+            and not torch.is_autocast_enabled("cpu")
+        ):
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+
+# --------------------------------------------------------------------------------------
 # Attention (paper 3.2)
 # --------------------------------------------------------------------------------------
 
@@ -169,10 +209,10 @@ class ScratchTransformerAttention(nn.Module):
         self.head_dim = config.d_model // config.num_heads
         self.attention_dropout = config.attention_dropout
         self.layer_idx = layer_idx
-        self.q_proj = nn.Linear(config.d_model, config.d_model)
-        self.k_proj = nn.Linear(config.d_model, config.d_model)
-        self.v_proj = nn.Linear(config.d_model, config.d_model)
-        self.out_proj = nn.Linear(config.d_model, config.d_model)
+        self.q_proj = ScratchTransformerLinear(config.d_model, config.d_model)
+        self.k_proj = ScratchTransformerLinear(config.d_model, config.d_model)
+        self.v_proj = ScratchTransformerLinear(config.d_model, config.d_model)
+        self.out_proj = ScratchTransformerLinear(config.d_model, config.d_model)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
@@ -234,8 +274,8 @@ class ScratchTransformerFeedForward(nn.Module):
 
     def __init__(self, config: ScratchTransformerConfig):
         super().__init__()
-        self.fc1 = nn.Linear(config.d_model, config.d_ff)
-        self.fc2 = nn.Linear(config.d_ff, config.d_model)
+        self.fc1 = ScratchTransformerLinear(config.d_model, config.d_ff)
+        self.fc2 = ScratchTransformerLinear(config.d_ff, config.d_model)
         self.activation = F.relu if config.activation_function == "relu" else F.gelu
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -702,7 +742,7 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
     def __init__(self, config: ScratchTransformerConfig):
         super().__init__(config)
         self.model = ScratchTransformerModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = ScratchTransformerLinear(config.d_model, config.vocab_size, bias=False)
         if config.share_encoder_decoder_embeddings:
             self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
         self.post_init()

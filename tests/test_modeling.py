@@ -512,3 +512,40 @@ def test_is_causal_path_equals_explicit_mask():
     fused, _ = sdpa_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(implicit, explicit)
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+
+
+def test_linear_inference_kernel_matches_nn_linear_and_respects_autograd_and_autocast():
+    """ScratchTransformerLinear: oneDNN's kernel at fp32 CPU inference, F.linear otherwise."""
+    from scratch_transformer.modeling_scratch_transformer import _ONEDNN_LINEAR, ScratchTransformerLinear
+
+    torch.manual_seed(0)
+    layer, head = ScratchTransformerLinear(32, 48), ScratchTransformerLinear(32, 80, bias=False)
+    assert isinstance(layer, nn.Linear)  # HF init, tying and resizing see an nn.Linear
+    for x in (torch.randn(5, 32), torch.randn(3, 4, 32), torch.randn(3, 4, 64)[..., ::2]):
+        for module in (layer, head):
+            with torch.no_grad():
+                fast = module(x)
+            expected = nn.functional.linear(x, module.weight, module.bias)
+            assert fast.shape == expected.shape
+            torch.testing.assert_close(fast, expected, atol=1e-5, rtol=1e-5)
+    # with autograd on it is exactly F.linear, and differentiable
+    x = torch.randn(3, 4, 32, requires_grad=True)
+    y = layer(x)
+    assert y.grad_fn is not None and torch.equal(y, nn.functional.linear(x, layer.weight, layer.bias))
+    # bf16 autocast still casts the product (the oneDNN path must not bypass it)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(torch.randn(3, 32)).dtype == torch.bfloat16
+    if _ONEDNN_LINEAR:  # the fast path is the one taken at inference
+        with torch.no_grad():
+            assert layer(torch.randn(3, 32)).grad_fn is None
+            calls = []
+            original = torch.ops.mkldnn._linear_pointwise
+            try:
+                torch.ops.mkldnn._linear_pointwise = lambda *a: calls.append(1) or original(*a)
+                layer(torch.randn(3, 32))
+            finally:
+                torch.ops.mkldnn._linear_pointwise = original
+            assert calls == [1]
+    model = tester.model()
+    assert isinstance(model.lm_head, ScratchTransformerLinear)
+    assert model.lm_head.weight is model.model.decoder.embed_tokens.weight  # still tied (paper 3.4)

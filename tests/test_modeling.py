@@ -549,3 +549,50 @@ def test_linear_inference_kernel_matches_nn_linear_and_respects_autograd_and_aut
     model = tester.model()
     assert isinstance(model.lm_head, ScratchTransformerLinear)
     assert model.lm_head.weight is model.model.decoder.embed_tokens.weight  # still tied (paper 3.4)
+
+
+def test_cross_entropy_loss_matches_torch_in_value_and_gradient():
+    from scratch_transformer.modeling_scratch_transformer import cross_entropy_loss
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11, dtype=torch.float64)
+    labels = torch.randint(0, 11, (3, 5))
+    labels[0, 3:] = -100
+    labels[2, 0] = -100
+    for num_items in (None, 17, torch.tensor(17)):
+        mine = logits.clone().requires_grad_()
+        reference = logits.clone().requires_grad_()
+        loss = cross_entropy_loss(mine, labels, num_items)
+        if num_items is None:
+            expected = nn.functional.cross_entropy(reference.reshape(-1, 11), labels.reshape(-1))
+        else:
+            expected = nn.functional.cross_entropy(reference.reshape(-1, 11), labels.reshape(-1), reduction="sum") / 17
+        (loss * 3).backward()
+        (expected * 3).backward()
+        torch.testing.assert_close(loss, expected)
+        torch.testing.assert_close(mine.grad, reference.grad)
+        assert mine.grad[0, 3:].abs().max() == 0  # rows labelled -100 get no gradient
+    # bf16 logits: loss in float32, gradient back in bf16
+    half = logits.to(torch.bfloat16).requires_grad_()
+    loss = cross_entropy_loss(half, labels)
+    loss.backward()
+    assert loss.dtype == torch.float32 and half.grad.dtype == torch.bfloat16
+
+
+def test_cross_entropy_loss_edge_cases_raise_or_stay_finite():
+    from scratch_transformer.modeling_scratch_transformer import cross_entropy_loss
+
+    logits = torch.randn(2, 3, 7, requires_grad=True)
+    nothing = torch.full((2, 3), -100)
+    loss = cross_entropy_loss(logits, nothing)  # F.cross_entropy gives NaN here
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))
+    for bad in (7, -1):
+        labels = torch.zeros(2, 3, dtype=torch.long)
+        labels[1, 2] = bad
+        with pytest.raises(ValueError, match="labels must be in"):
+            cross_entropy_loss(logits, labels)
+    loss = cross_entropy_loss(logits, torch.zeros(2, 3, dtype=torch.long))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="twice"):
+        loss.backward()

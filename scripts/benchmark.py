@@ -16,6 +16,9 @@ Figures, each run in alternation (A B C A B C ...) after warm-up, median [min-ma
     greedy   new tokens/s of model.generate(do_sample=False, num_beams=1, min_new_tokens=M,
              max_new_tokens=M, attention_mask=...); for naive, naive_greedy_decode (M steps, no cache)
     beam4    model.generate(num_beams=4, same M); new tokens/s counted as batch * M
+    split    for generate() calls (greedy, beam4; ours and Marian): the seconds spent inside the model's
+             forward calls (forward hooks on the encoder and the whole model) and the rest, which is
+             generate()'s own work; the same code for both models, so it bounds the decoding ratios
     memory   in a fresh child process per contender and figure (multiprocessing "forkserver", which has
              imported the libraries once): VmHWM - VmRSS from /proc/self/status, i.e. the peak resident
              set size reached while running the figure twice, minus the RSS just before (model and
@@ -82,6 +85,8 @@ RATIO_KEYS = (
     "greedy_ours_eager_over_naive",
     "train_ours_eager_over_marian",
     "train_ours_sdpa_over_naive",
+    "greedy_ours_eager_over_marian",
+    "beam4_ours_eager_over_marian",
 )
 PRELOAD = [
     "__main__",  # this script: puts the repo root on sys.path for the imports below
@@ -170,9 +175,28 @@ class Contender:
                 raise RuntimeError(f"{name}: attention implementation not applied everywhere: {configs}")
             self.model.generation_config.forced_eos_token_id = None
         self.params = count_params(self.model)
+        self.model_seconds = 0.0  # time inside the model's forward calls (encoder + whole model), see _time_model
+        if self.kind == "hf":
+            self._time_model(self.model)
+            self._time_model(self.model.get_encoder())
         self.optimizer = None
         self.lr = lr
         self.batch = None
+
+    def _time_model(self, module):
+        """Add the wall time of each forward call of `module` to self.model_seconds (forward hooks).
+
+        generate() calls the encoder once and the whole model once per step; the rest of a decoding
+        call (logits processors, token selection, stopping checks, beam bookkeeping, cache reordering)
+        is generate()'s own work."""
+        def pre(*_):
+            self._model_start = time.perf_counter()
+
+        def post(*_):
+            self.model_seconds += time.perf_counter() - self._model_start
+
+        module.register_forward_pre_hook(pre)
+        module.register_forward_hook(post)
 
     def set_batch(self, batch: dict):
         self.batch = batch
@@ -379,18 +403,23 @@ def summarize(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
 
 
-def time_figure(contenders: list[Contender], figure: str, warmup: int, repeats: int) -> dict:
+def time_figure(contenders: list[Contender], figure: str, warmup: int, repeats: int) -> tuple[dict, dict]:
+    """Seconds per call for each contender, and for the HF ones the seconds inside the model's forward."""
     active = [c for c in contenders if c.supports(figure)]
     for c in active:
         for _ in range(warmup):
             c.run(figure)
     seconds = {c.name: [] for c in active}
+    model_seconds = {c.name: [] for c in active if c.kind == "hf"}
     for _ in range(repeats):
         for c in active:  # A B C A B C ...
+            c.model_seconds = 0.0
             start = time.perf_counter()
             c.run(figure)
             seconds[c.name].append(time.perf_counter() - start)
-    return seconds
+            if c.name in model_seconds:
+                model_seconds[c.name].append(c.model_seconds)
+    return seconds, model_seconds
 
 
 def figure_tokens(sizes: dict, figure: str) -> int:
@@ -469,6 +498,21 @@ def markdown_report(result: dict) -> str:
     if naive_greedy:
         lines += ["", f"naive greedy % counts the useful (cached-decoding) FLOPs; counting what the no-cache loop "
                       f"executes it is {100 * naive_greedy['executed_fraction_of_matmul']:.1f}%."]
+    split_rows = []
+    for name, c in result["contenders"].items():
+        for figure in ("greedy", "beam4"):
+            fig = c["figures"].get(figure)
+            if fig and "model_seconds" in fig:
+                total, inside = fig["seconds"]["median"], fig["model_seconds"]["median"]
+                own = fig["generate_own_seconds"]["median"]
+                split_rows.append(f"| {name} | {figure} | {1000 * total:.0f} | {1000 * inside:.0f} | {1000 * own:.0f} "
+                                  f"| {100 * own / total:.0f}% |")
+    if split_rows:
+        lines += ["", "Decoding time split (median ms per generate() call): inside the model's forward calls "
+                      "(encoder once, whole model per step) and generate()'s own work (logits processors, token "
+                      "selection, stopping checks, beam bookkeeping, cache reordering).", "",
+                  "| contender | figure | total ms | model ms | generate's own ms | own share |",
+                  "|---|---|---:|---:|---:|---:|", *split_rows]
     lines += ["", "| ratio (median tokens/s; > 1 = first is faster) | value |", "|---|---:|"]
     for key, value in result["ratios"].items():
         lines.append(f"| {key} | {'n/a' if value is None else f'{value:.2f}'} |")
@@ -491,6 +535,8 @@ def compute_ratios(contenders: dict) -> dict:
         "greedy_ours_eager_over_naive": ("ours-eager", "naive", "greedy"),
         "train_ours_eager_over_marian": ("ours-eager", "marian", "train"),
         "train_ours_sdpa_over_naive": ("ours-sdpa", "naive", "train"),
+        "greedy_ours_eager_over_marian": ("ours-eager", "marian", "greedy"),
+        "beam4_ours_eager_over_marian": ("ours-eager", "marian", "beam4"),
     }
     assert tuple(spec) == RATIO_KEYS
     return {k: ratio(rate(a, fig), rate(b, fig)) for k, (a, b, fig) in spec.items()}
@@ -558,10 +604,11 @@ def main(argv=None) -> dict:
     flops = analytic_flops(sizes)
     flops["six_times_params_per_token"] = 6 * max(trainable)
     seconds = {}
+    model_seconds = {}
     losses = {}
     for figure in args.figures:
         log(f"[benchmark] timing {figure} ...")
-        seconds[figure] = time_figure(contenders, figure, args.warmup, args.repeats)
+        seconds[figure], model_seconds[figure] = time_figure(contenders, figure, args.warmup, args.repeats)
         if figure == "train":
             losses = {c.name: c.train_step() for c in contenders}  # one more step, for a sanity look
 
@@ -599,6 +646,10 @@ def main(argv=None) -> dict:
                 "useful_gflops_per_s": achieved / 1e9,
                 "fraction_of_matmul": achieved / ref_flops,
             }
+            if figure != "train" and c.name in model_seconds[figure]:
+                inside = model_seconds[figure][c.name]
+                entry["model_seconds"] = summarize(inside)
+                entry["generate_own_seconds"] = summarize([t - m for t, m in zip(secs, inside)])
             if figure == "greedy" and c.kind == "naive":
                 executed = flops["naive_greedy_executed_per_call"] / med
                 entry["executed_gflops_per_s"] = executed / 1e9

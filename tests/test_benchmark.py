@@ -14,6 +14,8 @@ RATIO_KEYS = (
     "beam4_ours_sdpa_over_marian",
     "greedy_ours_sdpa_over_naive",
     "greedy_ours_eager_over_naive",
+    "greedy_ours_eager_over_marian",
+    "beam4_ours_eager_over_marian",
 )
 
 
@@ -32,6 +34,7 @@ def test_benchmark_tiny_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert out.exists()
     assert "| ours-sdpa |" in proc.stdout and "train_ours_sdpa_over_marian" in proc.stdout
+    assert "| marian | greedy |" in proc.stdout  # the decoding time split table
 
     result = json.loads(out.read_text())
     assert result["size"] == "tiny"
@@ -55,6 +58,10 @@ def test_benchmark_tiny_end_to_end(tmp_path):
             assert _positive_finite(fig["fraction_of_matmul"]), (name, figure)
             assert _positive_finite(c["memory"][figure]["peak_rss_mb"]), (name, figure)
             assert c["memory"][figure]["peak_delta_mb"] >= 0, (name, figure)
+            if figure != "train" and name != "naive":  # generate() time split into model / generate's own
+                inside, total = fig["model_seconds"]["median"], fig["seconds"]["median"]
+                assert 0 < inside < total, (name, figure, inside, total)
+                assert _positive_finite(fig["generate_own_seconds"]["median"]), (name, figure)
         assert math.isfinite(c["final_train_loss"])
     assert "beam4" not in result["contenders"]["naive"]["figures"]
 

@@ -14,6 +14,7 @@ import os
 import shutil
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
@@ -126,27 +127,44 @@ def _onednn_linear_available() -> bool:
 _ONEDNN_LINEAR = _onednn_linear_available()
 
 
+def _plain_cpu_inference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """True when nothing needs nn.Linear's own op: no autograd (backward, forward-mode AD, torch.func
+    transforms), no tracing/compiling/export (they should record aten.linear), no autocast, oneDNN enabled,
+    fp32 CPU tensors and a packed bias (the oneDNN op reads the bias as contiguous)."""
+    return (
+        _ONEDNN_LINEAR
+        and not torch.is_grad_enabled()
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))
+        and not torch.is_autocast_enabled("cpu")
+        and torch.backends.mkldnn.enabled
+        and forward_ad._current_level < 0
+        and not torch._C._are_functorch_transforms_active()
+        and not torch.jit.is_tracing()
+        and not torch.compiler.is_compiling()
+    )
+
+
 class ScratchTransformerLinear(nn.Linear):
     """y = x W^T + b: nn.Linear, with its parameters, init and state-dict names, and a faster inference kernel.
 
-    Shapes: x (..., in_features) -> (..., out_features). At inference on CPU (autograd off, fp32, no
-    autocast), the product runs through oneDNN's linear kernel (`torch.ops.mkldnn._linear_pointwise`,
-    the kernel torch.compile picks for CPU linears) instead of nn.Linear's MKL sgemm: for the 64-row
-    inputs of decoding on 2 cores it is 1.2-1.4x faster (output projection 256 -> 8000: 2.1 -> 1.6 ms;
-    256 -> 1024: 238 -> 190 us; `scripts/benchmark.py` gives the end-to-end effect). Same values up to
-    float rounding (summation order; about 1e-6 relative). Training, other dtypes/devices and builds
-    without oneDNN use F.linear.
+    Shapes: x (..., in_features) -> (..., out_features). At plain inference on CPU (autograd off, fp32,
+    no autocast; see `_plain_cpu_inference`), the product runs through oneDNN's linear kernel
+    (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile picks for CPU linears) instead of
+    nn.Linear's MKL sgemm: for the 64-row inputs of decoding on 2 cores it is 1.2-1.4x faster (output
+    projection 256 -> 8000: 2.1 -> 1.6 ms; 256 -> 1024: 238 -> 190 us; `scripts/benchmark.py` gives the
+    end-to-end effect). Same values up to float rounding (summation order; about 1e-6 relative).
+    Everything else (training, torch.func / forward AD, tracing and export, other dtypes and devices,
+    builds without oneDNN, `torch.backends.mkldnn.flags(enabled=False)`) uses F.linear.
+    torch.ao's `quantize_dynamic` matches exact types: pass
+    `{ScratchTransformerLinear: torch.ao.quantization.default_dynamic_qconfig}` and
+    `mapping={ScratchTransformerLinear: torch.ao.nn.quantized.dynamic.Linear}` to quantize these layers.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (
-            _ONEDNN_LINEAR
-            and not torch.is_grad_enabled()
-            and x.device.type == "cpu"
-            and x.dtype == torch.float32
-            and self.weight.dtype == torch.float32
-            and not torch.is_autocast_enabled("cpu")
-        ):
+        if _plain_cpu_inference(x, self.weight, self.bias):
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
@@ -578,7 +596,7 @@ _PIPELINE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipel
 class SoftmaxCrossEntropy(torch.autograd.Function):
     """Summed cross-entropy of logits against labels, with the gradient written out: softmax - one-hot.
 
-    forward(logits (n, v) float, labels (n,) in [0, v) or -100, normaliser) -> scalar
+    forward(logits (n, v) float, labels (n,) in [0, v) or -100, normaliser > 0) -> scalar
         sum over labelled rows of -log softmax(logits)[label], divided by normaliser.
     backward: d loss / d logits = (softmax(logits) - one_hot(label)) / normaliser on labelled rows,
         0 on rows labelled -100.
@@ -587,29 +605,42 @@ class SoftmaxCrossEntropy(torch.autograd.Function):
     rounding, about 1e-12), at half its cost on CPU: the backward turns the saved log-probabilities into
     the gradient in place instead of filling a fresh (n, v) zero tensor for the one-hot and allocating
     another for the result (fwd + bwd on 1536 x 8000 logits, 2 threads: 24 ms against 47 ms).
-    Backward runs once (as in every training step); a second one through the same graph raises.
+    Because the saved buffer becomes the gradient, it supports one first-order backward per forward,
+    which is what training does. Raises RuntimeError for a second backward through the same graph
+    (retain_graph) and for second-order gradients (create_graph): compute
+    `F.cross_entropy(outputs.logits, labels)` yourself for those.
     """
 
     @staticmethod
     def forward(ctx, logits, labels, normaliser):
         log_probs = torch.log_softmax(logits, dim=-1)  # (n, v)
         labelled = labels != -100  # (n,)
-        targets = labels.masked_fill(~labelled, 0)[:, None]  # (n, 1); -100 rows pick column 0, weighted 0
+        targets = labels.masked_fill(~labelled, 0)[:, None]  # (n, 1); -100 rows pick column 0, then get 0
         nll = -log_probs.gather(1, targets).squeeze(1)  # (n,)
         ctx.save_for_backward(log_probs, targets, labelled)
         ctx.normaliser = normaliser
-        return (nll * labelled).sum() / normaliser
+        # where, not a product with the mask: an inf/NaN logit in an unlabelled row must not reach the sum
+        return torch.where(labelled, nll, 0.0).sum() / normaliser
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "the model's loss does not support second-order gradients (create_graph=True); "
+                "use F.cross_entropy on outputs.logits"
+            )
         if getattr(ctx, "consumed", False):
-            raise RuntimeError("SoftmaxCrossEntropy: backward through the same loss twice is not supported")
+            raise RuntimeError(
+                "backward through the model's loss twice (retain_graph=True) is not supported: its backward "
+                "reuses the saved log-probabilities in place; use F.cross_entropy on outputs.logits"
+            )
         ctx.consumed = True
         log_probs, targets, labelled = ctx.saved_tensors
         row_scale = (grad_loss / ctx.normaliser * labelled.to(log_probs.dtype))[:, None]  # (n, 1)
         grad = log_probs.exp_().mul_(row_scale)  # softmax, scaled; reuses the saved buffer
         grad.scatter_add_(1, targets, -row_scale)  # minus the one-hot
+        if not labelled.all():
+            grad[~labelled] = 0.0  # exactly 0 even where a logit of an unlabelled row is inf or NaN
         return grad, None, None
 
 
@@ -619,11 +650,18 @@ def cross_entropy_loss(
     """Cross-entropy in nats per labelled token: logits (b, t, v), labels (b, t) with -100 = no loss.
 
     Normalised by `num_items_in_batch` when given (Trainer: labelled tokens in the whole accumulated
-    batch), else by this batch's labelled tokens (a batch without any gives 0, not NaN). Computed in
-    float32 for bf16/fp16 logits, in the logits' dtype otherwise.
-    Raises ValueError for labels outside [0, v) other than -100.
+    batch), else by this batch's labelled tokens; with no labelled token at all the loss is 0 with zero
+    gradients, not NaN. Computed in float32 for bf16/fp16 logits, in the logits' dtype otherwise.
+    One backward per forward (see SoftmaxCrossEntropy).
+    Raises ValueError when labels do not have the logits' leading shape, or hold ids outside [0, v)
+    other than -100.
     """
     vocab_size = logits.size(-1)
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"labels must have shape {tuple(logits.shape[:-1])} (the logits' without the vocabulary), "
+            f"got {tuple(labels.shape)}"
+        )
     flat_labels = labels.reshape(-1)  # (b, t) -> (b * t,)
     labelled = flat_labels != -100
     if labelled.any() and (flat_labels[labelled].min() < 0 or flat_labels[labelled].max() >= vocab_size):
@@ -631,11 +669,16 @@ def cross_entropy_loss(
             f"labels must be in [0, vocab_size={vocab_size}) or -100, got range "
             f"[{int(flat_labels[labelled].min())}, {int(flat_labels[labelled].max())}]"
         )
-    normaliser = num_items_in_batch if num_items_in_batch is not None else labelled.sum().clamp(min=1)
+    if num_items_in_batch is None:
+        normaliser = labelled.sum().clamp(min=1)
+    elif isinstance(num_items_in_batch, torch.Tensor):
+        normaliser = num_items_in_batch.clamp(min=1)  # Trainer passes 0 when no micro-batch has a label
+    else:
+        normaliser = max(num_items_in_batch, 1)
     flat_logits = logits.reshape(-1, vocab_size)  # (b, t, v) -> (b * t, v)
     if flat_logits.dtype in (torch.float16, torch.bfloat16):
         flat_logits = flat_logits.float()
-    return SoftmaxCrossEntropy.apply(flat_logits, flat_labels, normaliser)
+    return SoftmaxCrossEntropy.apply(flat_logits, flat_labels.long(), normaliser)
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:

@@ -596,3 +596,73 @@ def test_cross_entropy_loss_edge_cases_raise_or_stay_finite():
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="twice"):
         loss.backward()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")  # torch.jit / mkldnn.flags notices
+def test_linear_inference_kernel_leaves_other_uses_to_f_linear():
+    """Cases found by review: a strided bias, forward-mode AD and tracing under no_grad, oneDNN switched off."""
+    from scratch_transformer.modeling_scratch_transformer import _ONEDNN_LINEAR, ScratchTransformerLinear
+
+    torch.manual_seed(0)
+    layer = ScratchTransformerLinear(8, 6)
+    x, tangent = torch.randn(3, 8), torch.randn(3, 8)
+    layer.bias = nn.Parameter(torch.arange(12.0)[::2])  # not contiguous: oneDNN would read it packed
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), nn.functional.linear(x, layer.weight, layer.bias))
+    fresh = ScratchTransformerLinear(8, 6)
+    with torch.no_grad():
+        _, jvp_out = torch.func.jvp(fresh, (x,), (tangent,))  # torch.func transform
+        with torch.autograd.forward_ad.dual_level():  # forward-mode AD by hand
+            dual_out = fresh(torch.autograd.forward_ad.make_dual(x, tangent))
+            dual_tangent = torch.autograd.forward_ad.unpack_dual(dual_out).tangent
+    torch.testing.assert_close(jvp_out, tangent @ fresh.weight.t())
+    torch.testing.assert_close(dual_tangent, tangent @ fresh.weight.t())
+    traced = torch.jit.trace(ScratchTransformerLinear(8, 6), x)  # the trace check reruns under no_grad
+    assert traced(x).shape == (3, 6)
+    if _ONEDNN_LINEAR:
+        calls = []
+        original = torch.ops.mkldnn._linear_pointwise
+        try:
+            torch.ops.mkldnn._linear_pointwise = lambda *a: calls.append(1) or original(*a)
+            plain = ScratchTransformerLinear(8, 6)
+            with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False):
+                plain(x)
+            assert calls == []
+            with torch.no_grad():
+                plain(x)
+            assert calls == [1]
+        finally:
+            torch.ops.mkldnn._linear_pointwise = original
+
+
+def test_cross_entropy_loss_review_cases():
+    from scratch_transformer.modeling_scratch_transformer import cross_entropy_loss
+
+    torch.manual_seed(0)
+    # second-order gradients would silently drop the softmax Hessian: refuse them
+    w = torch.randn(5, 4, requires_grad=True)
+    loss = cross_entropy_loss((torch.randn(2, 3, 4) @ w.t()), torch.randint(0, 5, (2, 3)))
+    with pytest.raises(RuntimeError, match="second-order"):
+        torch.autograd.grad(loss, w, create_graph=True)
+    # labels of another shape than the logits' leading dims (old code raised too)
+    with pytest.raises(ValueError, match="labels must have shape"):
+        cross_entropy_loss(torch.randn(2, 4, 5), torch.zeros(2, 3, dtype=torch.long))
+    # Trainer passes num_items_in_batch = 0 when no micro-batch has a label: 0 loss, zero gradients
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    loss = cross_entropy_loss(logits, torch.full((2, 3), -100), torch.tensor(0))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))
+    # an inf/NaN logit in an unlabelled row changes neither the loss nor the other rows' gradients
+    raw = torch.randn(2, 3, 5)
+    labels = torch.randint(0, 5, (2, 3))
+    labels[1, 2] = -100
+    clean = raw.clone().requires_grad_()
+    dirty_values = raw.clone()
+    dirty_values[1, 2, 0] = float("nan")
+    dirty = dirty_values.requires_grad_()
+    clean_loss, dirty_loss = cross_entropy_loss(clean, labels), cross_entropy_loss(dirty, labels)
+    clean_loss.backward()
+    dirty_loss.backward()
+    torch.testing.assert_close(dirty_loss, clean_loss)
+    torch.testing.assert_close(dirty.grad, clean.grad)
+    assert dirty.grad[1, 2].abs().max() == 0

@@ -151,7 +151,8 @@ class ScratchTransformerLinear(nn.Linear):
     """y = x W^T + b: nn.Linear, with its parameters, init and state-dict names, and a faster inference kernel.
 
     Shapes: x (..., in_features) -> (..., out_features). At plain inference on CPU (autograd off, fp32,
-    no autocast; see `_plain_cpu_inference`), the product runs through oneDNN's linear kernel
+    no autocast; see `_plain_cpu_inference`), products of at least `min_onednn_macs` multiply-adds
+    (rows x in_features x out_features) run through oneDNN's linear kernel
     (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile picks for CPU linears) instead of
     nn.Linear's MKL sgemm: for the 64-row inputs of decoding on 2 cores it is 1.2-1.4x faster (output
     projection 256 -> 8000: 2.1 -> 1.6 ms; 256 -> 1024: 238 -> 190 us; `scripts/benchmark.py` gives the
@@ -163,8 +164,12 @@ class ScratchTransformerLinear(nn.Linear):
     `mapping={ScratchTransformerLinear: torch.ao.nn.quantized.dynamic.Linear}` to quantize these layers.
     """
 
+    # oneDNN costs about 11 us more per call than F.linear; it pays from about 2^23 multiply-adds
+    # (64 x 256 x 256: 60 against 56 us; 64 x 256 x 1024: 189 against 215 us; 4 x 32 x 64: 16 against 5 us)
+    min_onednn_macs = 2**23
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _plain_cpu_inference(x, self.weight, self.bias):
+        if x.numel() * self.out_features >= self.min_onednn_macs and _plain_cpu_inference(x, self.weight, self.bias):
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 

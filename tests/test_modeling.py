@@ -535,7 +535,8 @@ def test_linear_inference_kernel_matches_nn_linear_and_respects_autograd_and_aut
     # bf16 autocast still casts the product (the oneDNN path must not bypass it)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         assert layer(torch.randn(3, 32)).dtype == torch.bfloat16
-    if _ONEDNN_LINEAR:  # the fast path is the one taken at inference
+    if _ONEDNN_LINEAR:  # the fast path is the one taken at inference, for products big enough to gain
+        layer.min_onednn_macs = 3 * 32 * 48
         with torch.no_grad():
             assert layer(torch.randn(3, 32)).grad_fn is None
             calls = []
@@ -543,6 +544,7 @@ def test_linear_inference_kernel_matches_nn_linear_and_respects_autograd_and_aut
             try:
                 torch.ops.mkldnn._linear_pointwise = lambda *a: calls.append(1) or original(*a)
                 layer(torch.randn(3, 32))
+                layer(torch.randn(2, 32))  # 2 x 32 x 48 multiply-adds: below the threshold, F.linear
             finally:
                 torch.ops.mkldnn._linear_pointwise = original
             assert calls == [1]
@@ -605,11 +607,13 @@ def test_linear_inference_kernel_leaves_other_uses_to_f_linear():
 
     torch.manual_seed(0)
     layer = ScratchTransformerLinear(8, 6)
+    layer.min_onednn_macs = 0
     x, tangent = torch.randn(3, 8), torch.randn(3, 8)
     layer.bias = nn.Parameter(torch.arange(12.0)[::2])  # not contiguous: oneDNN would read it packed
     with torch.no_grad():
         torch.testing.assert_close(layer(x), nn.functional.linear(x, layer.weight, layer.bias))
     fresh = ScratchTransformerLinear(8, 6)
+    fresh.min_onednn_macs = 0  # would take oneDNN at plain inference
     with torch.no_grad():
         _, jvp_out = torch.func.jvp(fresh, (x,), (tangent,))  # torch.func transform
         with torch.autograd.forward_ad.dual_level():  # forward-mode AD by hand
@@ -617,7 +621,9 @@ def test_linear_inference_kernel_leaves_other_uses_to_f_linear():
             dual_tangent = torch.autograd.forward_ad.unpack_dual(dual_out).tangent
     torch.testing.assert_close(jvp_out, tangent @ fresh.weight.t())
     torch.testing.assert_close(dual_tangent, tangent @ fresh.weight.t())
-    traced = torch.jit.trace(ScratchTransformerLinear(8, 6), x)  # the trace check reruns under no_grad
+    traceable = ScratchTransformerLinear(8, 6)
+    traceable.min_onednn_macs = 0
+    traced = torch.jit.trace(traceable, x)  # the trace check reruns under no_grad
     assert traced(x).shape == (3, 6)
     if _ONEDNN_LINEAR:
         calls = []
@@ -625,6 +631,7 @@ def test_linear_inference_kernel_leaves_other_uses_to_f_linear():
         try:
             torch.ops.mkldnn._linear_pointwise = lambda *a: calls.append(1) or original(*a)
             plain = ScratchTransformerLinear(8, 6)
+            plain.min_onednn_macs = 0
             with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False):
                 plain(x)
             assert calls == []

@@ -11,7 +11,10 @@ Contenders, all at identical sizes, from the same seed, fp32 on CPU:
 Ours is built with share_encoder_decoder_embeddings=True so that its trainable parameters equal
 Marian's (Marian's sinusoid tables are frozen parameters and are not counted).
 
-Figures, each run in alternation (A B C A B C ...) after warm-up, median [min-max] over repeats:
+Figures, each timed in a fresh child process (forkserver, libraries preloaded; --same-process to
+time them here), contenders in alternation (A B C A B C ...) after warm-up, median [min-max] over
+repeats. Fresh processes because leftovers change the next figure: after a training figure in the
+same process, beam-4 ours/Marian went from 1.20 to 1.01 (glibc's heap state, see BENCHMARKS.md).
     train    forward + backward + AdamW step in train mode with labels; (source + target) tokens/s
     greedy   new tokens/s of model.generate(do_sample=False, num_beams=1, min_new_tokens=M,
              max_new_tokens=M, attention_mask=...); for naive, naive_greedy_decode (M steps, no cache)
@@ -378,13 +381,18 @@ def _memory_child(name: str, sizes: dict, figure: str, seed: int, threads: int, 
     }
 
 
-def measure_memory(names, sizes, seed, threads, runs) -> dict:
+def fresh_process_pool() -> ProcessPoolExecutor:
+    """One child per task, forked from a server that has imported the libraries but run no model."""
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
+    return ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1)
+
+
+def measure_memory(names, sizes, seed, threads, runs) -> dict:
     results = {}
-    with ProcessPoolExecutor(max_workers=1, mp_context=ctx, max_tasks_per_child=1) as pool:
+    with fresh_process_pool() as pool:
         for name in names:
             results[name] = {}
             for figure in FIGURES:
@@ -420,6 +428,21 @@ def time_figure(contenders: list[Contender], figure: str, warmup: int, repeats: 
             if c.name in model_seconds:
                 model_seconds[c.name].append(c.model_seconds)
     return seconds, model_seconds
+
+
+def _timing_child(names, sizes, figure, seed, threads, warmup, repeats) -> tuple[dict, dict, dict]:
+    """time_figure for one figure in a fresh process; also one more training step's loss per contender."""
+    torch.set_num_threads(threads)
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    contenders = [Contender(name, sizes, seed) for name in names]
+    batch = make_batch(sizes, seed)
+    for c in contenders:
+        c.set_batch(batch)
+    seconds, model_seconds = time_figure(contenders, figure, warmup, repeats)
+    losses = {c.name: c.train_step() for c in contenders} if figure == "train" else {}
+    return seconds, model_seconds, losses
 
 
 def figure_tokens(sizes: dict, figure: str) -> int:
@@ -475,6 +498,7 @@ def markdown_report(result: dict) -> str:
         f"fp32 matmul: {mm['reference_gflops']:.1f} GFLOP/s (1024^3 mm, median of "
         f"{len(mm['square_1024'])}: {', '.join(f'{x:.1f}' for x in mm['square_1024'])}); model-shaped "
         f"{'x'.join(map(str, mm['model_shaped_dims']))}: {', '.join(f'{x:.1f}' for x in mm['model_shaped'])}.",
+        f"Timed in {result['settings']['timing_process']}, contenders alternating. "
         f"Repeats {result['settings']['repeats']} after {result['settings']['warmup']} warm-up, "
         "median [min-max]. Tokens/s: train = (source+target) tokens; greedy/beam-4 = batch x new tokens. "
         "% = achieved analytic matmul FLOP/s / measured 1024^3 mm FLOP/s. "
@@ -557,6 +581,9 @@ def parse_args(argv=None):
     p.add_argument("--contenders", default=",".join(DEFAULT_CONTENDERS),
                    help=f"comma-separated subset of {','.join(ALL_CONTENDERS)}")
     p.add_argument("--figures", default=",".join(FIGURES), help=f"comma-separated subset of {','.join(FIGURES)}")
+    p.add_argument("--same-process", action="store_true",
+                   help="time every figure in this process (default: each figure in a fresh child process, so "
+                        "that one figure's leftover allocations do not change the next one's timings)")
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory child processes")
     p.add_argument("--memory-runs", type=int, default=2, help="runs of each figure inside a memory child")
     p.add_argument("--matmul-seconds", type=float, default=0.3, help="minimum seconds per matmul measurement")
@@ -608,9 +635,16 @@ def main(argv=None) -> dict:
     losses = {}
     for figure in args.figures:
         log(f"[benchmark] timing {figure} ...")
-        seconds[figure], model_seconds[figure] = time_figure(contenders, figure, args.warmup, args.repeats)
-        if figure == "train":
-            losses = {c.name: c.train_step() for c in contenders}  # one more step, for a sanity look
+        if args.same_process:
+            seconds[figure], model_seconds[figure] = time_figure(contenders, figure, args.warmup, args.repeats)
+            if figure == "train":
+                losses = {c.name: c.train_step() for c in contenders}  # one more step, for a sanity look
+        else:
+            with fresh_process_pool() as pool:
+                seconds[figure], model_seconds[figure], figure_losses = pool.submit(
+                    _timing_child, args.contenders, sizes, figure, args.seed, args.threads, args.warmup,
+                    args.repeats).result()
+            losses.update(figure_losses)
 
     matmul_runs.append(measure_matmul(sizes, args.matmul_seconds))
     square = [m["square_1024"] for m in matmul_runs]
@@ -681,6 +715,7 @@ def main(argv=None) -> dict:
             "load_average_at_end": list(os.getloadavg()),
         },
         "settings": {"repeats": args.repeats, "warmup": args.warmup, "seed": args.seed,
+                     "timing_process": "this process" if args.same_process else "a fresh child process per figure",
                      "contenders": args.contenders, "figures": args.figures, "memory_runs": args.memory_runs,
                      "dtype": "float32", "padding": "none (all positions are tokens; attention masks of ones passed)"},
         "matmul": matmul,

@@ -154,18 +154,19 @@ class ScratchTransformerLinear(nn.Linear):
     no autocast; see `_plain_cpu_inference`), products of at least `min_onednn_macs` multiply-adds
     (rows x in_features x out_features) run through oneDNN's linear kernel
     (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile picks for CPU linears) instead of
-    nn.Linear's MKL sgemm: for the 64-row inputs of decoding on 2 cores it is 1.2-1.4x faster (output
-    projection 256 -> 8000: 2.1 -> 1.6 ms; 256 -> 1024: 238 -> 190 us; `scripts/benchmark.py` gives the
-    end-to-end effect). Same values up to float rounding (summation order; about 1e-6 relative).
+    nn.Linear's MKL sgemm: for the 64-row inputs of decoding on 2 cores it is 1.3-1.6x faster (output
+    projection 256 -> 8000: 2.6 -> 1.6 ms; 256 -> 1024: 263 -> 200 us; `benchmarks/micro_kernels.py`
+    prints these, `scripts/benchmark.py` the end-to-end effect). Same values up to float rounding
+    (summation order; about 1e-6 relative).
     Everything else (training, torch.func / forward AD, tracing and export, other dtypes and devices,
     builds without oneDNN, `torch.backends.mkldnn.flags(enabled=False)`) uses F.linear.
-    torch.ao's `quantize_dynamic` matches exact types: pass
-    `{ScratchTransformerLinear: torch.ao.quantization.default_dynamic_qconfig}` and
-    `mapping={ScratchTransformerLinear: torch.ao.nn.quantized.dynamic.Linear}` to quantize these layers.
+    torch.ao's `quantize_dynamic` matches exact types and leaves these layers in fp32: turn them into
+    plain nn.Linear first (`module.__class__ = nn.Linear` for each; same attributes), then quantize.
     """
 
     # oneDNN costs about 11 us more per call than F.linear; it pays from about 2^23 multiply-adds
-    # (64 x 256 x 256: 60 against 56 us; 64 x 256 x 1024: 189 against 215 us; 4 x 32 x 64: 16 against 5 us)
+    # (benchmarks/micro_kernels.py, 2 threads: 4 x 32 x 64: 15 against 5 us; 64 x 256 x 256: 63 against
+    # 62 us; 64 x 256 x 1024: 200 against 263 us)
     min_onednn_macs = 2**23
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -607,9 +608,10 @@ class SoftmaxCrossEntropy(torch.autograd.Function):
         0 on rows labelled -100.
 
     Same values as `F.cross_entropy(..., reduction="sum") / normaliser` (gradients equal to float
-    rounding, about 1e-12), at half its cost on CPU: the backward turns the saved log-probabilities into
-    the gradient in place instead of filling a fresh (n, v) zero tensor for the one-hot and allocating
-    another for the result (fwd + bwd on 1536 x 8000 logits, 2 threads: 24 ms against 47 ms).
+    rounding, about 1e-12), at two thirds of its cost on CPU: the backward turns the saved
+    log-probabilities into the gradient in place instead of filling a fresh (n, v) zero tensor for the
+    one-hot and allocating another for the result (fwd + bwd on 1536 x 8000 logits, 2 threads: 43 ms
+    against 62 ms, `benchmarks/micro_kernels.py`).
     Because the saved buffer becomes the gradient, it supports one first-order backward per forward,
     which is what training does. Raises RuntimeError for a second backward through the same graph
     (retain_graph) and for second-order gradients (create_graph): compute

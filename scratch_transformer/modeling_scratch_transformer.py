@@ -164,9 +164,9 @@ class ScratchTransformerLinear(nn.Linear):
     plain nn.Linear first (`module.__class__ = nn.Linear` for each; same attributes), then quantize.
     """
 
-    # oneDNN costs about 11 us more per call than F.linear; it pays from about 2^23 multiply-adds
-    # (benchmarks/micro_kernels.py, 2 threads: 4 x 32 x 64: 15 against 5 us; 64 x 256 x 256: 63 against
-    # 62 us; 64 x 256 x 1024: 200 against 263 us)
+    # oneDNN has a fixed cost of up to ~11 us more per call than F.linear: they break even near 2^22
+    # multiply-adds and oneDNN wins from 2^24 (benchmarks/micro_kernels.py, 2 threads: 4 x 32 x 64: 15
+    # against 5 us; 64 x 256 x 256: 63 against 62 us; 64 x 256 x 1024: 200 against 263 us)
     min_onednn_macs = 2**23
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -607,8 +607,8 @@ class SoftmaxCrossEntropy(torch.autograd.Function):
     backward: d loss / d logits = (softmax(logits) - one_hot(label)) / normaliser on labelled rows,
         0 on rows labelled -100.
 
-    Same values as `F.cross_entropy(..., reduction="sum") / normaliser` (gradients equal to float
-    rounding, about 1e-12), at two thirds of its cost on CPU: the backward turns the saved
+    Same values and gradients as `F.cross_entropy(..., reduction="sum") / normaliser` up to float
+    rounding, at two thirds of its cost on CPU: the backward turns the saved
     log-probabilities into the gradient in place instead of filling a fresh (n, v) zero tensor for the
     one-hot and allocating another for the result (fwd + bwd on 1536 x 8000 logits, 2 threads: 43 ms
     against 62 ms, `benchmarks/micro_kernels.py`).

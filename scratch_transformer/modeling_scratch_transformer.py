@@ -1,8 +1,9 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), by hand, as a HF model.
 
-Reads in the paper's order: positional encoding (3.5), scaled dot-product attention (3.2.1),
-multi-head attention (3.2.2), position-wise feed-forward (3.3), encoder and decoder layers
-(3.1), the stacks with their masks, then the Hugging Face classes.
+Reads in the paper's order: positional encoding (3.5), residual dropout (5.4), the linear
+projections, scaled dot-product attention (3.2.1), multi-head attention (3.2.2), position-wise
+feed-forward (3.3), encoder and decoder layers (3.1), the stacks with their masks, then the loss and
+the Hugging Face classes.
 
 Notation in shape comments:
     b batch, s source length, t target length (new tokens this call), p cached target length,
@@ -891,10 +892,15 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
                 they are shifted right behind `decoder_start_token_id` to make it (teacher forcing).
             num_items_in_batch: labelled tokens in the whole (accumulated, all-process) batch, passed by
                 Trainer; the loss is then sum / num_items_in_batch instead of the mean over this batch.
+                The loss (`cross_entropy_loss`) supports one first-order backward per forward; for
+                retain_graph or create_graph use F.cross_entropy on the returned logits.
             (other arguments as in ScratchTransformerModel.forward)
         Returns:
             Seq2SeqLMOutput: logits (b, t, v), loss (cross-entropy over labels != -100, in nats per
             labelled token) when labels are given, cache, encoder_last_hidden_state, attentions when asked.
+        Raises:
+            ValueError: labels not of shape (b, t) matching the logits, or ids outside [0, v) other than -100
+                (and the ScratchTransformerModel.forward errors).
         """
         if labels is not None:
             use_cache = False

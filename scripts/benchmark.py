@@ -21,7 +21,8 @@ same process, beam-4 ours/Marian went from 1.20 to 1.01 (glibc's heap state, see
     beam4    model.generate(num_beams=4, same M); new tokens/s counted as batch * M
     split    for generate() calls (greedy, beam4; ours and Marian): the seconds spent inside the model's
              forward calls (forward hooks on the encoder and the whole model) and the rest, which is
-             generate()'s own work; the same code for both models, so it bounds the decoding ratios
+             generate()'s own work: the same transformers code for both models except the model's own
+             cache reordering in beam search, so it shows how far the model alone can move the ratios
     memory   in a fresh child process per contender and figure (multiprocessing "forkserver", which has
              imported the libraries once): VmHWM - VmRSS from /proc/self/status, i.e. the peak resident
              set size reached while running the figure twice, minus the RSS just before (model and

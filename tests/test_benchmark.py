@@ -38,6 +38,7 @@ def test_benchmark_tiny_end_to_end(tmp_path):
 
     result = json.loads(out.read_text())
     assert result["size"] == "tiny"
+    assert result["settings"]["timing_process"] == "a fresh child process per figure"
     assert "benchmark.py" in result["command"]
     machine = result["machine"]
     assert machine["threads"] == 1 and machine["torch"] and machine["cpu_model"]
@@ -67,3 +68,24 @@ def test_benchmark_tiny_end_to_end(tmp_path):
 
     for key in RATIO_KEYS:
         assert _positive_finite(result["ratios"].get(key)), key
+
+
+def test_benchmark_same_process_option(tmp_path):
+    """--same-process times the figures here instead of in fresh children; the figures and split are still there."""
+    out = tmp_path / "results_tiny_same.json"
+    cmd = [
+        sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"),
+        "--size", "tiny", "--repeats", "1", "--warmup", "0", "--threads", "1", "--no-memory", "--same-process",
+        "--contenders", "ours-sdpa,marian", "--matmul-seconds", "0.02", "--output_json", str(out),
+    ]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["settings"]["timing_process"] == "this process"
+    assert set(result["contenders"]) == {"ours-sdpa", "marian"}
+    for c in result["contenders"].values():
+        assert math.isfinite(c["final_train_loss"])
+        for figure in ("greedy", "beam4"):
+            fig = c["figures"][figure]
+            assert 0 < fig["model_seconds"]["median"] < fig["seconds"]["median"], figure
+    assert _positive_finite(result["ratios"]["beam4_ours_sdpa_over_marian"])

@@ -41,7 +41,8 @@ def decode_ids(tokenizer, ids) -> list[str]:
 
 
 def make_compute_metrics(tokenizer):
-    """`compute_metrics` for a Seq2SeqTrainer with predict_with_generate: BLEU, chrF, mean output length."""
+    """`compute_metrics` for a Seq2SeqTrainer with predict_with_generate: BLEU, chrF, mean output length (tokens)
+    and the number of sentences scored (each sentence of the set once, whatever the number of processes)."""
 
     def compute_metrics(eval_prediction):
         predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
@@ -51,6 +52,7 @@ def make_compute_metrics(tokenizer):
         references = decode_ids(tokenizer, labels)
         scores = corpus_scores(hypotheses, references)
         lengths = [np.count_nonzero(np.asarray(row) > tokenizer.eos_token_id) for row in np.asarray(predictions)]
-        return {"bleu": scores["bleu"], "chrf": scores["chrf"], "gen_len": round(float(np.mean(lengths)), 2)}
+        return {"bleu": scores["bleu"], "chrf": scores["chrf"], "gen_len": round(float(np.mean(lengths)), 2),
+                "sentences": len(hypotheses)}
 
     return compute_metrics

@@ -203,7 +203,8 @@ class TranslationTrainer(Seq2SeqTrainer):
     HF groups by the source length alone, which leaves the targets padded by 48% on Multi30k
     (their logits over the whole vocabulary are the costliest part of a step); grouping by the
     longer side leaves 12%. Groups are of the global batch (all processes, all accumulation steps),
-    so N processes of batch b see the same batches as one process of batch N * b.
+    so N processes of batch b see the same batches as one process of batch N * b. Evaluation and the
+    test translate and score every sentence exactly once, in dataset order, on any number of processes.
     """
 
     def _get_train_sampler(self, train_dataset=None):
@@ -214,6 +215,14 @@ class TranslationTrainer(Seq2SeqTrainer):
         batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         return EpochSeededLengthGroupedSampler(batch, dataset=dataset, lengths=lengths, seed=seed)
+
+    def evaluation_loop(self, *args, **kwargs):
+        # Seq2SeqTrainer.evaluate() and predict() switch the gathering to accelerator.gather, which keeps the
+        # sentences that the distributed sampler repeats to even out the last batches across processes (1000
+        # test sentences in batches of 32 on 2 processes came back as 1024). gather_for_metrics drops them:
+        # every sentence is translated and scored once, in dataset order, whatever the processes and batch.
+        self.gather_function = self.accelerator.gather_for_metrics
+        return super().evaluation_loop(*args, **kwargs)
 
     def _get_eval_sampler(self, eval_dataset):
         # HF also groups evaluation batches by length when group_by_length is on, and returns the

@@ -173,32 +173,78 @@ def test_two_process_run_writes_every_file_once(one_and_two_processes):
     assert json.loads((two / "trainer_state.json").read_text())["global_step"] == STEPS
 
 
-def test_torchrun_full_job_with_averaging_budget_eval_and_test(tmp_path):
-    """torchrun, 2 processes, the whole job: a wall-clock budget (the main process decides when both stop),
-    checkpoint averaging (evaluate on both), validation, beam-search test; the outputs are written once and the
-    test predictions come back in dataset order (the same as one process translating with the saved model)."""
-    out = tmp_path / "run"
+EVAL_SAMPLES, TEST_SAMPLES = 11, 13  # primes: neither divides into 2 processes x batch 4
+
+
+@pytest.fixture(scope="module")
+def torchrun_job(tmp_path_factory):
+    """torchrun, 2 processes, the whole job on sets that do not divide evenly into processes x batch: a
+    wall-clock budget (the main process decides when both stop), validation every 2 steps, checkpoint averaging
+    (evaluate on both), the final validation, a beam-search test, the card; and one process translating and
+    scoring the same sets with the saved model."""
+    root = tmp_path_factory.mktemp("torchrun")
+    out = root / "run"
+    sets = {"max_eval_samples": EVAL_SAMPLES, "max_predict_samples": TEST_SAMPLES, "per_device_eval_batch_size": 4,
+            "num_beams": 2}
     run_command(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", 2, SCRIPT,
-                 *flags(out, per_device_train_batch_size=4, per_device_eval_batch_size=4, max_steps=10_000,
-                        max_train_minutes=0.05, save_strategy="steps", save_steps=2, average_last_checkpoints=2,
-                        do_eval=True, do_predict=True, num_beams=2)],
-                tmp_path / "torchrun.log", timeout=600)
+                 *flags(out, per_device_train_batch_size=4, max_steps=10_000, max_train_minutes=0.05,
+                        save_strategy="steps", save_steps=2, average_last_checkpoints=2, eval_strategy="steps",
+                        eval_steps=2, do_eval=True, do_predict=True, **sets)],
+                root / "torchrun.log", timeout=600)
+    evaluate_only = {"model_name_or_path": out, "do_train": False, "do_eval": True, "do_predict": True,
+                     "config_overrides": None, **sets}
+    one = root / "one_process"
+    run_command([SCRIPT, *flags(one, **evaluate_only)], root / "one_process.log")
+    return out, one, evaluate_only
+
+
+def test_torchrun_full_job_with_averaging_budget_eval_and_test(torchrun_job):
+    out, _, _ = torchrun_job
     state = json.loads((out / "trainer_state.json").read_text())
     assert 2 <= state["global_step"] < 10_000  # stopped by the budget, both processes at the same step
     results = json.loads((out / "all_results.json").read_text())
     for key in ("train_loss", "eval_bleu", "test_bleu", "last_checkpoint_bleu", "averaged_bleu", "num_parameters"):
         assert key in results, key
-    assert results["test_samples"] == 16
+    assert results["test_samples"] == TEST_SAMPLES
     for name in ("README.md", "training_curve.png", "generated_predictions.txt", "model.safetensors"):
         assert (out / name).is_file(), name
     predictions = (out / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
-    assert len(predictions) == 16
+    assert len(predictions) == TEST_SAMPLES
 
-    again = tmp_path / "one_process"
-    run_command([SCRIPT, *flags(again, model_name_or_path=out, do_train=False, do_predict=True,
-                                per_device_eval_batch_size=4, num_beams=2, config_overrides=None)],
-                tmp_path / "predict.log")
-    assert (again / "generated_predictions.txt").read_text(encoding="utf-8").splitlines() == predictions
+
+def test_two_processes_validate_each_sentence_once(torchrun_job):
+    """Every validation during training, and the final one, scored the 11 sentences once each (the distributed
+    sampler repeats sentences to even out the last batches; they must not be scored)."""
+    out, _, _ = torchrun_job
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    periodic = [entry for entry in history if "eval_bleu" in entry]
+    assert periodic, "no validation during training"
+    assert [entry["eval_sentences"] for entry in periodic] == [EVAL_SAMPLES] * len(periodic)
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["eval_sentences"] == EVAL_SAMPLES
+    assert (out / "averaging_results.json").is_file()
+
+
+def test_two_process_test_and_validation_equal_one_process(torchrun_job):
+    out, one, _ = torchrun_job
+    assert (one / "generated_predictions.txt").read_bytes() == (out / "generated_predictions.txt").read_bytes()
+    two_results = json.loads((out / "all_results.json").read_text())
+    one_results = json.loads((one / "all_results.json").read_text())
+    for key in ("test_bleu", "test_chrf", "test_samples", "eval_bleu", "eval_chrf", "eval_sentences"):
+        assert one_results[key] == two_results[key], key
+
+
+def test_accelerate_launch_test_and_validation_equal_one_process(torchrun_job, tmp_path):
+    out, one, evaluate_only = torchrun_job
+    accelerated = tmp_path / "accelerate"
+    accelerate_launch(flags(accelerated, **evaluate_only), tmp_path / "accelerate.log")
+    assert (accelerated / "generated_predictions.txt").read_bytes() == \
+        (one / "generated_predictions.txt").read_bytes()
+    results = json.loads((accelerated / "all_results.json").read_text())
+    one_results = json.loads((one / "all_results.json").read_text())
+    for key in ("test_bleu", "test_chrf", "test_samples", "eval_bleu", "eval_chrf", "eval_sentences"):
+        assert results[key] == one_results[key], key
+    assert results["test_samples"] == TEST_SAMPLES and results["eval_sentences"] == EVAL_SAMPLES
 
 
 # ---------------------------------------------------------------- mixed precision (b)

@@ -33,9 +33,13 @@ class ScratchTransformerConfig(PreTrainedConfig):
         layer_norm_eps (`float`): LayerNorm epsilon.
         pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id (`int`): special ids.
 
+    The HF names of `attribute_map` (hidden_size, num_attention_heads, num_hidden_layers, intermediate_size,
+    encoder_attention_heads, ...) are accepted as arguments and checked like the paper names they stand for.
+
     Raises:
         ValueError: naming the field, for non-positive sizes, d_model not divisible by num_heads,
-            an unknown activation, or a dropout outside [0, 1).
+            an unknown activation, a dropout outside [0, 1), or a field given twice with different values
+            (e.g. d_model=256 and hidden_size=512).
     """
 
     model_type = "scratch_transformer"
@@ -75,14 +79,32 @@ class ScratchTransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 1
 
     def __post_init__(self, **kwargs):
+        # HF's generic names (hidden_size=..., from Python or a config.json) reach here as extra kwargs, which
+        # the parent would set only after the checks below: set them on their fields first so they are checked.
+        given = {}
+        for alias in [key for key in kwargs if key in self.attribute_map]:
+            field, value = self.attribute_map[alias], kwargs.pop(alias)
+            if field in given and given[field][1] != value:
+                raise ValueError(f"{given[field][0]}={given[field][1]!r} and {alias}={value!r} set the same field "
+                                 f"{field}; give one of them")
+            own = getattr(self, field)
+            if own != self.__dataclass_fields__[field].default and own != value:
+                raise ValueError(f"{field}={own!r} and its HF name {alias}={value!r} disagree; give one of them")
+            given[field] = (alias, value)
+            setattr(self, field, value)
+
+        def label(name):  # the name the caller used
+            return f"{name} (given as {given[name][0]})" if name in given else name
+
         for name in ("vocab_size", "d_model", "num_heads", "encoder_layers", "decoder_layers", "d_ff",
                      "max_position_embeddings"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise ValueError(f"{label(name)} must be a positive integer, got {value!r}")
         if self.d_model % self.num_heads != 0:
             raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) (paper 3.2.2)"
+                f"{label('d_model')}={self.d_model} must be divisible by {label('num_heads')}={self.num_heads} "
+                "(paper 3.2.2)"
             )
         if self.activation_function not in _ACTIVATIONS:
             raise ValueError(f"activation_function must be one of {_ACTIVATIONS}, got {self.activation_function!r}")

@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
 
 from hub_fixtures import configure_hf_env  # noqa: E402  (imports nothing from HF)
@@ -31,3 +33,28 @@ def load_script(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+TINY_SENTENCES = ["Ein Hund läuft über die Wiese.", "A dog runs across the meadow.", "Zwei Männer spielen Fußball.",
+                  "Two men are playing football.", "Eine Frau sitzt auf einer Bank.", "A woman sits on a bench."]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A folder as a training run leaves it, in seconds: a tiny untrained model (code files and auto_map
+    beside the weights, greedy, at most 12 tokens) and a BPE tokenizer trained on TINY_SENTENCES."""
+    import torch
+
+    from scratch_transformer import ScratchTransformerConfig, ScratchTransformerForConditionalGeneration
+    from scratch_transformer.tokenization import train_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_model")
+    tokenizer = train_tokenizer(TINY_SENTENCES * 3, vocab_size=300, min_frequency=1, model_max_length=64)
+    config = ScratchTransformerConfig(vocab_size=len(tokenizer), d_model=16, num_heads=2, encoder_layers=1,
+                                      decoder_layers=1, d_ff=32, dropout=0.0, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = ScratchTransformerForConditionalGeneration(config).eval()
+    model.generation_config.max_length = 12
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

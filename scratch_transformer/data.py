@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import json
 import logging
 import os
 import zlib
@@ -59,7 +60,7 @@ _SPLIT_ORDER = {"train": 0, "val": 1, "valid": 1, "validation": 1, "dev": 1}
 
 
 def load_translation_dataset(
-    dataset: str,
+    dataset: str | os.PathLike | None,
     src_lang: str,
     tgt_lang: str,
     splits: Sequence[str] | None = None,
@@ -77,7 +78,8 @@ def load_translation_dataset(
               ``train.en``); the split names are taken from the file names;
             * an existing local ``.jsonl`` / ``.json`` / ``.csv`` file (``.gz`` allowed),
               loaded as the single split ``"train"``;
-            * ``"json"`` or ``"csv"`` together with ``data_files``;
+            * ``"json"``, ``"csv"`` or ``None`` together with ``data_files``: the data are
+              those files (the builder is chosen from their suffixes, not from this name);
             * anything else that does not look like a local path is taken as a Hugging
               Face Hub dataset id and loaded with ``datasets.load_dataset(dataset,
               dataset_config_name)``.
@@ -89,13 +91,16 @@ def load_translation_dataset(
         dataset_config_name: Config name of a Hub dataset (e.g. ``"de-en"`` for wmt16).
             Ignored for local folders and files.
         data_files: Explicit ``split -> file or list of files`` of JSON Lines / JSON / CSV
-            data. The builder is inferred from the file endings unless ``dataset`` is
-            ``"json"`` or ``"csv"``. If ``dataset`` is a local folder, relative paths are
-            resolved against it; if it is a Hub id, the files are looked up in that Hub
-            repository (``load_dataset(dataset, config, data_files=...)``).
+            data. The `datasets` builder is chosen from the file suffixes (``.jsonl`` and
+            ``.json``: "json", ``.csv``: "csv", each optionally ``.gz``), also when
+            ``dataset`` is ``"json"`` or ``"csv"``; all files must have the same type. If
+            ``dataset`` is a local folder, relative paths are resolved against it; if it is a
+            Hub id, the files are looked up in that Hub repository (``load_dataset(dataset,
+            config, data_files=...)``, builder and checks left to `datasets`).
         max_samples: Optional cap per split, ``{"train": 1000}``: keeps the first N rows of
             that split as read (before empty pairs are dropped, so a split can end up with
-            slightly fewer than N rows). Splits not named are not capped.
+            slightly fewer than N rows). Splits not named are not capped; a split capped
+            at 0 is returned empty.
 
     Returns:
         A ``datasets.DatasetDict`` whose every split has exactly two ``string`` columns
@@ -108,12 +113,21 @@ def load_translation_dataset(
             ``data_files``) does not exist; a folder has no ``{split}.{lang}[.gz]`` files
             at all; a requested split of a folder lacks the file of one language.
         ValueError: the two sides of a split have different line counts (both files and
-            both counts are named); ``src_lang``/``tgt_lang`` is not present (the
-            languages that are present are listed); a requested split does not exist (the
-            splits found are listed); a file is not valid UTF-8/gzip; the data has
-            neither row shape; bad arguments (same source and target language, negative
-            ``max_samples``, unsupported file type, ...).
-        Errors of ``datasets.load_dataset`` itself (e.g. an unknown Hub id) propagate.
+            both counts are named); a split has no rows, or none left once empty pairs are
+            dropped (the split and its file(s) are named; not for a split capped at 0);
+            ``src_lang``/``tgt_lang`` is not present (the file and the languages, or for
+            one-column-per-language data the columns, that are present are named); a
+            requested split does not exist (the splits found are listed); a file is not
+            valid UTF-8 (file, line and byte named) or not a valid or a truncated gzip file
+            (file named); a JSON Lines / JSON file is not valid JSON or has a row that is
+            not an object (file, line and column named); a CSV row has more fields than the
+            header, or the CSV files of one split have different headers (files and line
+            named); a ``data_files`` file has an unsupported suffix, or the files mix JSON
+            and CSV (the file(s) and the supported suffixes are named); the data has neither
+            row shape; bad arguments (same source and target language, negative
+            ``max_samples``, ...).
+        Errors of ``datasets.load_dataset`` itself (e.g. an unknown Hub id, or a failure
+            the files do not explain) propagate.
     """
     _check_languages(src_lang, tgt_lang)
     if isinstance(splits, str):  # a bare string would be iterated character by character
@@ -128,17 +142,23 @@ def load_translation_dataset(
         for name, cap in max_samples.items():
             if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
                 raise ValueError(f"max_samples[{name!r}] must be a non-negative int, got {cap!r}")
+    if dataset is None and data_files is not None:
+        dataset = "json"  # files only: the builder is picked from their suffixes either way
     if not isinstance(dataset, (str, os.PathLike)) or not str(dataset):
         raise ValueError(f"dataset must be a non-empty string (Hub id, folder or file), got {dataset!r}")
     dataset = os.fspath(dataset)
     local = os.path.expanduser(dataset)
 
+    # sources: split -> the local file(s) it was read from, for messages about one split
+    sources: dict[str, list[str]] = {}
     if data_files is not None:
-        raw, origin = _load_data_files(dataset, data_files, dataset_config_name)
+        raw, origin, sources = _load_data_files(dataset, data_files, dataset_config_name)
     elif os.path.isdir(local):
-        raw, origin = _load_parallel_folder(local, src_lang, tgt_lang, splits), local
+        raw, sources = _load_parallel_folder(local, src_lang, tgt_lang, splits)
+        origin = local
     elif os.path.isfile(local):
         raw, origin = _load_data_file(local), local
+        sources = {"train": [local]}
     elif dataset.lower() in ("json", "csv"):
         raise ValueError(f"dataset={dataset!r} needs data_files={{split: file(s)}}")
     elif _looks_like_local_path(dataset):
@@ -168,9 +188,29 @@ def load_translation_dataset(
     out = datasets.DatasetDict()
     for split in splits:
         ds = raw[split]
-        if max_samples and split in max_samples and max_samples[split] < len(ds):
-            ds = ds.select(range(max_samples[split]))
-        out[split] = _normalize_split(ds, src_lang, tgt_lang, split=split, origin=origin)
+        source = ", ".join(sources[split]) if split in sources else origin
+        cap = max_samples.get(split) if max_samples else None
+        if cap == 0:  # asked for explicitly: an empty split
+            out[split] = _normalize_split(ds.select([]), src_lang, tgt_lang, split=split, origin=source)
+            continue
+        if len(ds) == 0:
+            raise ValueError(f"split {split!r} is empty: no rows in {source}")
+        if cap is not None and cap < len(ds):
+            ds = ds.select(range(cap))
+        try:
+            out[split] = _normalize_split(ds, src_lang, tgt_lang, split=split, origin=source)
+        except UnicodeDecodeError:
+            # pyarrow's JSON reader keeps invalid UTF-8 as it is; it only fails when read here.
+            for path in sources.get(split, []):
+                if os.path.isfile(path):
+                    _read_text(path)  # raises a ValueError naming the file, line and byte
+            raise
+        if len(out[split]) == 0:
+            read = f"{len(ds)} read" + (f", max_samples={cap}" if cap is not None and cap <= len(ds) else "")
+            raise ValueError(
+                f"split {split!r} has no pairs left: every row of {source} ({read}) has an empty "
+                f"{src_lang!r} or {tgt_lang!r} side"
+            )
     logger.info(
         "loaded %s-%s from %s: %s",
         src_lang,
@@ -256,10 +296,13 @@ def _row_shape(ds: datasets.Dataset, src_lang: str, tgt_lang: str, where: str) -
         | {n for n in column_langs if features[n].dtype in ("string", "large_string")}
     )
     missing = [lang for lang in (src_lang, tgt_lang) if lang not in present]
-    shape = "translation dict" if translation_langs else "columns"
+    if translation_langs:
+        raise ValueError(
+            f"{where}: language(s) {missing} not present; languages available (translation dict): {present}"
+        )
     raise ValueError(
-        f"{where}: language(s) {missing} not present; languages available ({shape}): {present}"
-        + ("" if present else f" (columns are {list(features)})")
+        f"{where}: language(s) {missing} not present: expected a column per language "
+        f"(or a 'translation' column of {{language: text}} dicts); columns found: {list(features)}"
     )
 
 
@@ -296,6 +339,8 @@ def _normalize_split(
     mode = _row_shape(ds, src_lang, tgt_lang, where)
     features = datasets.Features({src_lang: datasets.Value("string"), tgt_lang: datasets.Value("string")})
     n_before = len(ds)
+    if n_before == 0:  # map() on no rows would return no columns at all
+        return datasets.Dataset.from_dict({src_lang: [], tgt_lang: []}, features=features)
     out = ds.map(
         _extract_pairs,
         batched=True,
@@ -346,12 +391,11 @@ def _split_sort_key(split: str) -> tuple[int, str]:
     return (_SPLIT_ORDER.get(split, 2), split)
 
 
-def _read_lines(path: str) -> list[str]:
-    """Lines of a UTF-8 text file (``.gz`` decompressed), split on ``\\n`` only.
+def _read_text(path: str) -> str:
+    """Whole text of a UTF-8 file (``.gz`` decompressed, a leading byte order mark dropped).
 
-    Splitting on ``\\n`` only (not ``str.splitlines``) keeps line counts equal to what
-    ``wc -l`` reports even if a sentence contains U+2028, U+0085, form feeds etc.; a
-    trailing ``\\r`` (CRLF files) is removed later by stripping.
+    Raises ValueError naming the file when it cannot be read, is not a valid (or is a
+    truncated) gzip file, or is not valid UTF-8 (with the line and byte of the first bad byte).
     """
     try:
         if path.endswith(".gz"):
@@ -360,13 +404,25 @@ def _read_lines(path: str) -> list[str]:
         else:
             with open(path, "rb") as f:
                 data = f.read()
-    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise ValueError(f"{path} is not a valid gzip file (truncated or corrupt): {e}") from e
+    except OSError as e:
         raise ValueError(f"cannot read {path}: {e}") from e
     try:
-        text = data.decode("utf-8-sig")  # drops a leading byte order mark if present
+        return data.decode("utf-8-sig")  # drops a leading byte order mark if present
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise ValueError(f"{path} is not valid UTF-8 (line {line}, byte {e.start}): {e.reason}") from e
+
+
+def _read_lines(path: str) -> list[str]:
+    """Lines of a UTF-8 text file (``.gz`` decompressed), split on ``\\n`` only.
+
+    Splitting on ``\\n`` only (not ``str.splitlines``) keeps line counts equal to what
+    ``wc -l`` reports even if a sentence contains U+2028, U+0085, form feeds etc.; a
+    trailing ``\\r`` (CRLF files) is removed later by stripping.
+    """
+    text = _read_text(path)
     if not text:
         return []
     lines = text.split("\n")
@@ -377,8 +433,11 @@ def _read_lines(path: str) -> list[str]:
 
 def _load_parallel_folder(
     folder: str, src_lang: str, tgt_lang: str, splits: Sequence[str] | None
-) -> datasets.DatasetDict:
-    """Read the requested splits of a folder of line-aligned files (raw, not yet normalised)."""
+) -> tuple[datasets.DatasetDict, dict[str, list[str]]]:
+    """Read the requested splits of a folder of line-aligned files (raw, not yet normalised).
+
+    Returns the splits and, for each, the two files it was read from (for messages).
+    """
     found = _scan_parallel_folder(folder)
     if not found:
         raise FileNotFoundError(
@@ -405,6 +464,7 @@ def _load_parallel_folder(
         )
 
     out = datasets.DatasetDict()
+    sources: dict[str, list[str]] = {}
     for split in splits:
         langs = found[split]
         for lang in (src_lang, tgt_lang):
@@ -425,7 +485,8 @@ def _load_parallel_folder(
             {src_lang: src_lines, tgt_lang: tgt_lines},
             features=datasets.Features({src_lang: datasets.Value("string"), tgt_lang: datasets.Value("string")}),
         )
-    return out
+        sources[split] = [src_path, tgt_path]
+    return out, sources
 
 
 # --------------------------------------------------------------------------------------
@@ -433,16 +494,18 @@ def _load_parallel_folder(
 # --------------------------------------------------------------------------------------
 
 
-def _builder_for(path: str) -> str:
+_SUPPORTED_SUFFIXES = ", ".join(_FILE_BUILDERS) + ", each optionally .gz"
+
+
+def _builder_for(path: str, where: str = "") -> str:
+    """Name of the `datasets` builder ("json" or "csv") for a file, from its suffix."""
     name = path.lower()
     if name.endswith(".gz"):
         name = name[: -len(".gz")]
     for ext, builder in _FILE_BUILDERS.items():
         if name.endswith(ext):
             return builder
-    raise ValueError(
-        f"unsupported file type: {path} (expected one of {sorted(_FILE_BUILDERS)}, optionally .gz)"
-    )
+    raise ValueError(f"{where}unsupported file type: {path} (supported suffixes: {_SUPPORTED_SUFFIXES})")
 
 
 def _is_remote_or_glob(path: str) -> bool:
@@ -464,7 +527,7 @@ def _csv_string_features(files: list[str]) -> datasets.Features | None:
         try:
             with opener(path, "rt", encoding="utf-8-sig", newline="") as f:
                 row = next(csv.reader(f), None)
-        except (OSError, UnicodeDecodeError, csv.Error, EOFError):
+        except (OSError, UnicodeDecodeError, csv.Error, EOFError, zlib.error):
             return None
         if row is None:
             return None
@@ -477,15 +540,136 @@ def _csv_string_features(files: list[str]) -> datasets.Features | None:
     return datasets.Features({h: datasets.Value("string") for h in header})
 
 
+_EMPTY = "empty"  # what _json_problem/_csv_problem return for a file without rows
+
+
+def _json_problem(path: str, text: str) -> str | None:
+    """First thing in ``text`` that the json builder cannot read, as a message; None if none found.
+
+    JSON Lines: every non-blank line must be one JSON object. A file starting with ``[``
+    (or a pretty-printed ``{``) is checked as one JSON document instead.
+    """
+
+    def as_document() -> str | None:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            return f"{path} line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})"
+        rows = doc if isinstance(doc, list) else [doc]
+        if not rows:
+            return _EMPTY
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                return f"{path}: row {i} is a JSON {type(row).__name__}, expected an object ({{...}})"
+        return None
+
+    if text.lstrip().startswith("["):
+        return as_document()
+    first = True
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if first and line.strip() == "{":  # one pretty-printed object, not JSON Lines
+                return as_document()
+            return f"{path} line {lineno}, column {e.colno}: not valid JSON ({e.msg})"
+        if not isinstance(row, dict):
+            return f"{path} line {lineno}: a JSON {type(row).__name__}, expected one object ({{...}}) per line"
+        first = False
+    return None
+
+
+def _csv_problem(path: str, text: str) -> str | None:
+    """First row of ``text`` with more fields than the header (or no row at all), as a message."""
+    reader = csv.reader(text.split("\n"))
+    try:
+        header = next(reader)
+        rows = 0
+        for row in reader:
+            rows += bool(row)
+            if len(row) > len(header):
+                return (
+                    f"{path} line {reader.line_num}: {len(row)} fields but the header has {len(header)} "
+                    f"({header}); quote fields that contain a comma"
+                )
+    except csv.Error as e:
+        return f"{path} line {reader.line_num}: not valid CSV ({e})"
+    return None if rows else _EMPTY
+
+
+def _diagnose_file(builder: str, split: str, paths: list[str], path: str) -> str | None:
+    """Why the ``builder`` could not read ``path`` (a message naming it), or None if no reason is found.
+
+    ``paths`` are all files of ``split``; an empty one is reported as an empty split when it
+    is the split's only file.
+    """
+    if _is_remote_or_glob(path) or not os.path.isfile(path):
+        return None
+    try:
+        text = _read_text(path)
+    except ValueError as e:
+        return str(e)
+    problem = _EMPTY if not text.strip() else (_json_problem if builder == "json" else _csv_problem)(path, text)
+    if problem == _EMPTY:
+        if len(paths) == 1:
+            return f"split {split!r} is empty: no rows in {path}"
+        return f"{path} has no rows (one of the files of split {split!r}: {paths})"
+    return problem
+
+
 def _load_with_builder(builder: str, data_files: dict[str, list[str]]) -> datasets.DatasetDict:
-    kwargs: dict[str, Any] = {}
-    if builder == "csv":
-        all_files = [f for files in data_files.values() for f in files]
-        features = _csv_string_features(all_files)
-        if features is not None:
-            kwargs["features"] = features
-        kwargs["na_filter"] = False  # empty cells -> "" (dropped and counted), "NA"/"None" stay text
-    return datasets.load_dataset(builder, data_files=data_files, **kwargs)
+    """``datasets.load_dataset(builder, data_files=...)``, one split at a time.
+
+    One split at a time, so that splits whose files have different columns (e.g. a CSV
+    without the language columns) each reach the column check with their own columns. When
+    the builder fails, the split's files are examined and the problem found is raised as a
+    ValueError naming the file (and line); otherwise the builder's error propagates.
+    """
+    out = datasets.DatasetDict()
+    for split, paths in data_files.items():
+        kwargs: dict[str, Any] = {}
+        if builder == "csv":
+            features = _csv_string_features(paths)
+            if features is not None:
+                kwargs["features"] = features
+            kwargs["na_filter"] = False  # empty cells -> "" (dropped and counted), "NA"/"None" stay text
+        try:
+            out[split] = datasets.load_dataset(builder, data_files={split: paths}, **kwargs)[split]
+        except Exception as e:  # noqa: BLE001 - re-raised unless a file explains it
+            # The builders' own errors name neither the file nor the line (ArrowInvalid "in row 0",
+            # a bare StopIteration for an empty file, ...): look at the files ourselves.
+            for path in paths:
+                problem = _diagnose_file(builder, split, paths, path)
+                if problem:
+                    raise ValueError(problem) from e
+            if builder == "csv":
+                problem = _csv_header_mismatch(split, paths)
+                if problem:
+                    raise ValueError(problem) from e
+            raise
+    return out
+
+
+def _csv_header_mismatch(split: str, paths: list[str]) -> str | None:
+    """A message if the local CSV files of one split do not all have the same header."""
+    headers: list[tuple[str, list[str]]] = []
+    for path in paths:
+        if _is_remote_or_glob(path) or not os.path.isfile(path):
+            return None
+        try:
+            row = next(csv.reader(_read_text(path).split("\n")), None)
+        except (ValueError, csv.Error):
+            return None
+        headers.append((path, row or []))
+    for path, header in headers[1:]:
+        if header != headers[0][1]:
+            return (
+                f"the CSV files of split {split!r} have different headers: {headers[0][0]} has "
+                f"{headers[0][1]} but {path} has {header}"
+            )
+    return None
 
 
 def _load_data_file(path: str) -> datasets.DatasetDict:
@@ -495,7 +679,8 @@ def _load_data_file(path: str) -> datasets.DatasetDict:
 
 def _load_data_files(
     dataset: str, data_files: Mapping[str, str | list[str]], config: str | None
-) -> tuple[datasets.DatasetDict, str]:
+) -> tuple[datasets.DatasetDict, str, dict[str, list[str]]]:
+    """Load ``data_files``; returns the splits, a description of the origin and each split's file(s)."""
     if not isinstance(data_files, Mapping) or not data_files:
         raise ValueError(f"data_files must be a non-empty mapping split -> file(s), got {data_files!r}")
     files: dict[str, list[str]] = {}
@@ -520,20 +705,29 @@ def _load_data_files(
                     raise FileNotFoundError(f"data_files[{split!r}]: file not found: {p}")
                 resolved.append(p)
             files[split] = resolved
-        if dataset.lower() in ("json", "csv"):
-            builder = dataset.lower()
-        else:
-            builders = {_builder_for(p) for paths in files.values() for p in paths}
-            if len(builders) != 1:
-                raise ValueError(f"data_files mixes file types ({sorted(builders)}): {files}")
-            builder = builders.pop()
-        return _load_with_builder(builder, files), f"data_files {files}"
+        # The builder comes from the suffixes, also for dataset "json"/"csv": callers such as
+        # translation.py pass "json" whatever the files are.
+        first: tuple[str, str] | None = None
+        for split, paths in files.items():
+            for p in paths:
+                builder = _builder_for(p, where=f"data_files[{split!r}]: ")
+                if first is None:
+                    first = (builder, p)
+                elif builder != first[0]:
+                    raise ValueError(
+                        f"data_files mix file types: {first[1]} is {first[0].upper()} but {p} is "
+                        f"{builder.upper()}; use one type for all splits (supported suffixes: "
+                        f"{_SUPPORTED_SUFFIXES})"
+                    )
+        assert first is not None
+        raw = _load_with_builder(first[0], files)
+        return raw, f"data_files {files}", files
     if _looks_like_local_path(dataset):
         raise FileNotFoundError(f"dataset folder {dataset!r} does not exist")
     # A Hub repository plus a selection of its files.
     logger.info("loading Hub dataset %r (config %r) with data_files %s", dataset, config, files)
     raw = datasets.load_dataset(dataset, name=config, data_files=files)
-    return raw, f"Hub dataset {dataset!r} data_files {files}"
+    return raw, f"Hub dataset {dataset!r} data_files {files}", {}
 
 
 # --------------------------------------------------------------------------------------

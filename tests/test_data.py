@@ -6,6 +6,7 @@ import csv
 import gzip
 import json
 import logging
+import re
 from pathlib import Path
 
 import datasets
@@ -221,7 +222,7 @@ def test_csv_one_column_per_language(tmp_path):
 
     with pytest.raises(ValueError, match=r"\['fr'\] not present") as exc:
         load_translation_dataset(str(path), "fr", "en")
-    assert "['de', 'en'" in str(exc.value)
+    assert "columns found: ['id', 'en', 'de']" in str(exc.value)
 
 
 def test_unsupported_file_type(tmp_path):
@@ -229,6 +230,184 @@ def test_unsupported_file_type(tmp_path):
     path.write_text("de\ten\n")
     with pytest.raises(ValueError, match="unsupported file type"):
         load_translation_dataset(str(path), "de", "en")
+
+
+def _write_csv(path: Path, rows: list[list[str]]) -> Path:
+    text_io = gzip.open(path, "wt", encoding="utf-8", newline="") if path.name.endswith(".gz") else open(
+        path, "w", encoding="utf-8", newline="")
+    with text_io as f:
+        csv.writer(f).writerows(rows)
+    return path
+
+
+def _builder_name(path: Path) -> str:
+    """The dataset name that matches the file, so that a test checks a message, not the builder choice."""
+    return "csv" if ".csv" in path.name else "json"
+
+
+def test_csv_data_files_with_the_json_default_name(tmp_path):
+    """translation.py passes dataset "json" whatever the files are: the suffix picks the builder."""
+    train = _write_csv(tmp_path / "train.csv", [["de", "en"], ["Hallo", "Hello"], ["Ja", "Yes"]])
+    valid = _write_csv(tmp_path / "valid.csv.gz", [["en", "de"], ["Thanks", "Danke"]])
+    for name in ("json", None):
+        dd = load_translation_dataset(name, "de", "en", data_files={"train": str(train), "validation": str(valid)})
+        assert dd["train"].to_dict() == {"de": ["Hallo", "Ja"], "en": ["Hello", "Yes"]}
+        assert dd["validation"].to_dict() == {"de": ["Danke"], "en": ["Thanks"]}
+    # and "csv" with JSON Lines files reads them as JSON
+    jsonl = _write_jsonl(tmp_path / "train.jsonl", [{"de": "Baum", "en": "tree"}])
+    assert load_translation_dataset("csv", "de", "en", data_files={"train": str(jsonl)})["train"]["en"] == ["tree"]
+
+
+@pytest.mark.parametrize("name", ["train.txt", "train.tsv", "train"])
+def test_data_files_unsupported_suffix_refused(tmp_path, name):
+    path = tmp_path / name
+    path.write_text(json.dumps({"de": "Hallo", "en": "Hello"}) + "\n")  # valid JSON Lines all the same
+    with pytest.raises(ValueError) as exc:
+        load_translation_dataset("json", "de", "en", data_files={"train": str(path)})
+    assert str(exc.value) == (
+        f"data_files['train']: unsupported file type: {path} "
+        "(supported suffixes: .jsonl, .json, .csv, each optionally .gz)"
+    )
+
+
+def test_data_files_mixed_suffixes_refused(tmp_path):
+    train = _write_jsonl(tmp_path / "train.jsonl", [{"de": "Hallo", "en": "Hello"}])
+    valid = _write_csv(tmp_path / "valid.csv", [["de", "en"], ["Ja", "Yes"]])
+    with pytest.raises(ValueError) as exc:
+        load_translation_dataset("json", "de", "en", data_files={"train": str(train), "validation": str(valid)})
+    msg = str(exc.value)
+    assert msg.startswith(f"data_files mix file types: {train} is JSON but {valid} is CSV"), msg
+    assert "supported suffixes: .jsonl, .json, .csv, each optionally .gz" in msg
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", "de,en\n"], ids=["empty", "blank-lines", "csv-header-only"])
+def test_empty_validation_file_refused(tmp_path, content):
+    suffix = "csv" if "," in content else "jsonl"
+    train = _write_csv(tmp_path / "train.csv", [["de", "en"], ["Hallo", "Hello"]]) if suffix == "csv" else (
+        _write_jsonl(tmp_path / "train.jsonl", [{"de": "Hallo", "en": "Hello"}]))
+    valid = tmp_path / f"valid.{suffix}"
+    valid.write_text(content)
+    with pytest.raises(ValueError) as exc:
+        load_translation_dataset(_builder_name(valid), "de", "en",
+                                 data_files={"train": str(train), "validation": str(valid)})
+    assert str(exc.value) == f"split 'validation' is empty: no rows in {valid}"
+
+
+def test_empty_jsonl_file_refused(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text("")
+    with pytest.raises(ValueError) as exc:  # was a bare StopIteration
+        load_translation_dataset(str(path), "de", "en")
+    assert str(exc.value) == f"split 'train' is empty: no rows in {path}"
+    gz = tmp_path / "train.jsonl.gz"
+    gz.write_bytes(gzip.compress(b""))
+    with pytest.raises(ValueError, match=rf"^split 'train' is empty: no rows in {re.escape(str(gz))}$"):
+        load_translation_dataset(str(gz), "de", "en")
+
+
+def test_split_of_only_empty_pairs_refused(tmp_path):
+    train = _write_jsonl(tmp_path / "train.jsonl", [{"de": "Hallo", "en": "Hello"}])
+    valid = _write_jsonl(tmp_path / "valid.jsonl", [{"de": "Hallo", "en": " "}, {"de": "", "en": "Yes"}])
+    with pytest.raises(ValueError) as exc:
+        load_translation_dataset("json", "de", "en", data_files={"train": str(train), "validation": str(valid)})
+    assert str(exc.value) == (
+        f"split 'validation' has no pairs left: every row of {valid} (2 read) has an empty 'de' or 'en' side"
+    )
+    with pytest.raises(ValueError, match=r"every row of .*valid\.jsonl \(1 read, max_samples=1\)"):
+        load_translation_dataset("json", "de", "en", data_files={"validation": str(valid)},
+                                 max_samples={"validation": 1})
+
+
+def test_folder_empty_split_refused(folder):
+    _write(folder / "val.de.gz", [])
+    _write(folder / "val.en.gz", [])
+    with pytest.raises(ValueError) as exc:  # was an empty split without columns: "Column 'de' doesn't exist."
+        load_translation_dataset(str(folder), "de", "en")
+    assert str(exc.value) == f"split 'val' is empty: no rows in {folder / 'val.de.gz'}, {folder / 'val.en.gz'}"
+    # a split capped at 0 is asked for: it comes back empty, with both columns
+    dd = load_translation_dataset(str(folder), "de", "en", splits=["train"], max_samples={"train": 0})
+    assert dd["train"].column_names == ["de", "en"] and len(dd["train"]) == 0
+
+
+@pytest.mark.parametrize(
+    "name, text, expected",
+    [
+        ("train.jsonl", '{"de": "a", "en": "b"}\n\n{"de": "c", "en": "d"}\n{"de": "e" "en": "f"}\n',
+         "line 4, column 12: not valid JSON (Expecting ',' delimiter)"),
+        ("train.jsonl", '{"de": "a", "en": "b"}\n{"de": "c", "en": "d"\n',
+         "line 2, column 22: not valid JSON (Expecting ',' delimiter)"),
+        ("train.jsonl", '{"de": "a", "en": "b"}\n["c", "d"]\n',
+         "line 2: a JSON list, expected one object ({...}) per line"),
+        ("train.json", '[\n  {"de": "a", "en": "b"},\n  {"de": "c", "en": }\n]\n',
+         "line 3, column 21: not valid JSON (Expecting value)"),
+    ],
+    ids=["missing-comma", "unterminated", "not-an-object", "json-array"],
+)
+def test_malformed_json_names_file_and_line(tmp_path, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError) as exc:  # was DatasetGenerationError (ArrowInvalid "in row N")
+        load_translation_dataset("json", "de", "en", data_files={"train": str(path)})
+    assert str(exc.value) == f"{path} {expected}"
+
+
+def test_csv_without_language_columns_names_file_and_columns(tmp_path):
+    train = _write_csv(tmp_path / "train.csv", [["de", "en"], ["Hallo", "Hello"]])
+    valid = _write_csv(tmp_path / "valid.csv", [["de", "en"], ["Ja", "Yes"]])
+    test = _write_csv(tmp_path / "test.csv", [["source", "target"], ["Nein", "No"]])
+    files = {"train": str(train), "validation": str(valid), "test": str(test)}
+    with pytest.raises(ValueError) as exc:
+        load_translation_dataset("csv", "de", "en", data_files=files)
+    msg = str(exc.value)
+    assert msg.startswith(f"split 'test' of {test}: language(s) ['de', 'en'] not present"), msg
+    assert msg.endswith("columns found: ['source', 'target']"), msg
+    assert str(train) not in msg and str(valid) not in msg
+
+
+def test_csv_row_with_extra_fields_names_file_and_line(tmp_path):
+    path = tmp_path / "train.csv"
+    path.write_text("de,en\nHallo,Hello\nJa, gut,Yes\n")
+    with pytest.raises(ValueError) as exc:  # was DatasetGenerationError (pandas "Expected 2 fields in line 3")
+        load_translation_dataset(str(path), "de", "en")
+    assert str(exc.value) == (
+        f"{path} line 3: 3 fields but the header has 2 (['de', 'en']); quote fields that contain a comma"
+    )
+
+
+def test_csv_files_of_one_split_with_different_headers(tmp_path):
+    first = _write_csv(tmp_path / "part1.csv", [["de", "en"], ["Hallo", "Hello"]])
+    second = _write_csv(tmp_path / "part2.csv", [["en", "de"], ["Yes", "Ja"]])
+    with pytest.raises(ValueError) as exc:  # was datasets.table.CastError
+        load_translation_dataset("csv", "de", "en", data_files={"train": [str(first), str(second)]})
+    assert str(exc.value) == (
+        f"the CSV files of split 'train' have different headers: {first} has ['de', 'en'] "
+        f"but {second} has ['en', 'de']"
+    )
+
+
+@pytest.mark.parametrize("name", ["train.jsonl", "train.csv", "train.jsonl.gz"])
+def test_non_utf8_file_names_file(tmp_path, name):
+    text = '{"de": "Hallo", "en": "Hello"}\n{"de": "Straße", "en": "street"}\n' if ".jsonl" in name else (
+        "de,en\nHallo,Hello\nStraße,street\n")
+    data = text.encode("latin-1")
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    byte, line = data.index(b"\xdf"), 2 if ".jsonl" in name else 3
+    with pytest.raises(ValueError) as exc:  # was UnicodeDecodeError / DatasetGenerationError without the file
+        load_translation_dataset(_builder_name(path), "de", "en", data_files={"train": str(path)})
+    assert str(exc.value) == f"{path} is not valid UTF-8 (line {line}, byte {byte}): invalid continuation byte"
+
+
+@pytest.mark.parametrize("name", ["train.jsonl.gz", "train.csv.gz"])
+@pytest.mark.parametrize("damage", ["truncated", "not-gzip"])
+def test_corrupt_gzip_names_file(tmp_path, name, damage):
+    row = '{"de": "Hallo", "en": "Hello"}\n' if ".jsonl" in name else "Hallo,Hello\n"
+    data = gzip.compress(((row if ".jsonl" in name else "de,en\n" + row) + row * 500).encode())
+    path = tmp_path / name
+    path.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"plain text, no gzip header\n")
+    with pytest.raises(ValueError) as exc:  # was a bare EOFError / DatasetGenerationError
+        load_translation_dataset(_builder_name(path), "de", "en", data_files={"train": str(path)})
+    assert str(exc.value).startswith(f"{path} is not a valid gzip file (truncated or corrupt): "), str(exc.value)
 
 
 # ---------------------------------------------------------------------------------------
@@ -254,7 +433,7 @@ def test_normalize_split_translation_feature_and_columns(caplog):
 
     with pytest.raises(ValueError, match=r"languages available \(translation dict\): \['de', 'en'\]"):
         _normalize_split(wmt_like, "fr", "en")
-    with pytest.raises(ValueError, match=r"\['de', 'en'\]"):
+    with pytest.raises(ValueError, match=r"\['fr'\] not present.*columns found: \['de', 'en', 'score'\]"):
         _normalize_split(columns, "de", "fr")
 
 

@@ -7,6 +7,7 @@
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -98,11 +99,16 @@ class DataTrainingArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
-    num_beams: int = field(default=4, metadata={"help": "Beam size for the final test and the saved generation config."})
-    length_penalty: float = field(default=1.0, metadata={"help": "Beam-search length penalty (exponent on length)."})
-    no_repeat_ngram_size: int = field(
-        default=0, metadata={"help": "Final test and saved generation config: never repeat an n-gram of this size "
-                                     "within a translation (0 = off)."})
+    num_beams: int | None = field(
+        default=None, metadata={"help": "Beam size for the final test and the saved generation config (default: "
+                                        "the fine-tuned model's generation config, else 4)."})
+    length_penalty: float | None = field(
+        default=None, metadata={"help": "Beam-search length penalty, an exponent on the length (default: the "
+                                        "fine-tuned model's generation config, else 1.0)."})
+    no_repeat_ngram_size: int | None = field(
+        default=None, metadata={"help": "Final test and saved generation config: never repeat an n-gram of this size "
+                                        "within a translation, 0 = off (default: the fine-tuned model's generation "
+                                        "config, else 0)."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
 
     def __post_init__(self):
@@ -110,12 +116,19 @@ class DataTrainingArguments:
         if sum(sources) != 1:
             raise ValueError("give either --dataset_name (Hub id or folder) or --train_file/--validation_file/"
                              "--test_file, not both and not neither")
-        if self.no_repeat_ngram_size < 0:
+        if self.no_repeat_ngram_size is not None and self.no_repeat_ngram_size < 0:
             raise ValueError(f"no_repeat_ngram_size must be >= 0 (0 = off), got {self.no_repeat_ngram_size}")
         if self.source_lang == self.target_lang:
             raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}")
-        if self.num_beams < 1:
+        if self.num_beams is not None and self.num_beams < 1:
             raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
+        for name in ("max_source_length", "max_target_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 token, got {getattr(self, name)}")
+        for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (leave it out to use the whole split), got "
+                                 f"{getattr(self, name)}")
 
 
 @dataclass
@@ -142,8 +155,27 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     max_train_minutes: float | None = field(
         default=None, metadata={"help": "Stop training after this many minutes of training (evaluation excluded)."}
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Let an evaluation-only run (--do_train false) write its results into a folder that "
+                          "already holds files, such as the evaluated model's own folder (its weights are never "
+                          "touched). Without it such a run is refused."},
+    )
 
     def __post_init__(self):
+        # checked here, before anything is built or written (HF finds a bad learning rate only when it
+        # creates the optimizer, after the output folder exists); `not value > 0` also refuses NaN
+        for name in ("learning_rate", "max_train_minutes"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        if not self.warmup_steps >= 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.label_smoothing_factor < 1:
+            raise ValueError(f"label_smoothing_factor must be in [0, 1), got {self.label_smoothing_factor}")
         # torchrun / `accelerate launch --multi_gpu` start WORLD_SIZE processes. Without a GPU, accelerate only
         # joins them into one (gloo) group when told to use the CPU; otherwise each process would train alone on
         # all the data and overwrite the others' files. So a multi-process launch without a GPU means the CPU.
@@ -262,7 +294,7 @@ def _parse_overrides(text: str | None) -> dict:
         if "=" not in item:
             raise ValueError(f"config_overrides item {item!r} is not key=value")
         key, value = (part.strip() for part in item.split("=", 1))
-        if key not in ScratchTransformerConfig.__dataclass_fields__:
+        if key not in ScratchTransformerConfig.__dataclass_fields__ and key not in ScratchTransformerConfig.attribute_map:
             raise ValueError(f"config_overrides: unknown config field {key!r}")
         try:
             overrides[key] = json.loads(value.lower() if value.lower() in ("true", "false") else value)
@@ -294,6 +326,40 @@ def _build_model(model_args, tokenizer):
     return ScratchTransformerForConditionalGeneration(config)
 
 
+DECODING_DEFAULTS = {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 0}
+
+
+def _resolve_decoding(model_args, data_args, model) -> dict:
+    """The final test's decoding, which is also the saved generation config's: each of num_beams,
+    length_penalty and no_repeat_ngram_size from its flag, else (fine-tuning) from the loaded model's
+    generation config, else DECODING_DEFAULTS; so that what is tested is what users get. Greedy search
+    (num_beams 1) drops an inherited length penalty.
+
+    Raises:
+        ValueError: naming the flags, for a combination that generate() refuses (e.g. a length penalty
+            with num_beams 1), before anything is trained or written.
+    """
+    from transformers import GenerationConfig
+
+    decoding = {}
+    for name, default in DECODING_DEFAULTS.items():
+        given = getattr(data_args, name)
+        inherited = getattr(model.generation_config, name, None) if model_args.model_name_or_path else None
+        decoding[name] = given if given is not None else inherited if inherited is not None else default
+    if decoding["num_beams"] == 1 and data_args.length_penalty is None:
+        decoding["length_penalty"] = 1.0  # an inherited penalty means nothing to greedy search (and HF refuses it)
+    try:
+        GenerationConfig(max_length=data_args.max_target_length, **decoding).validate(strict=True)
+    except ValueError as error:
+        reasons = [line.lstrip("- ") for line in str(error).splitlines() if line.startswith("- ")] or [str(error)]
+        sources = "the flags" + (f" and {model_args.model_name_or_path}'s generation_config.json"
+                                 if model_args.model_name_or_path else "")
+        raise ValueError(f"--num_beams {decoding['num_beams']} --length_penalty {decoding['length_penalty']:g} "
+                         f"--no_repeat_ngram_size {decoding['no_repeat_ngram_size']} (from {sources}) do not make a "
+                         f"valid generation config: {' '.join(reasons)}") from None
+    return decoding
+
+
 def _dataset_label(data_args) -> str:
     """A short name for the card: the Hub id, or a local folder's name ("multi30k" for multi30k/raw)."""
     if data_args.dataset_name is None:
@@ -314,6 +380,13 @@ def _check_resume_checkpoint(checkpoint: str, model=None, needs_tokenizer: bool 
     missing = [name for name in needed if not os.path.isfile(os.path.join(checkpoint, name))]
     if missing:
         raise ValueError(f"checkpoint {checkpoint} is incomplete or corrupt: missing {', '.join(missing)}")
+    names = os.listdir(checkpoint)
+    if not any(name.startswith("optimizer") for name in names) or not any(name.startswith("scheduler")
+                                                                          for name in names):
+        raise ValueError(f"{checkpoint} holds no optimizer or scheduler state (optimizer.pt, scheduler.pt): it is a "
+                         "finished model, not a training checkpoint, and a resumed run would restart Adam and the "
+                         f"schedule from zero. To train on from its weights, pass --model_name_or_path {checkpoint} "
+                         "(a fine-tune: new optimizer and schedule); to resume, give a checkpoint-N folder")
     saved = {}
     for name in ("config.json", "trainer_state.json"):
         try:
@@ -346,7 +419,14 @@ def _check_output_dir(training_args) -> str | None:
             raise ValueError(f"resume_from_checkpoint {training_args.resume_from_checkpoint} is not a folder")
         return training_args.resume_from_checkpoint
     output_dir = training_args.output_dir
-    if not training_args.do_train or not os.path.isdir(output_dir):
+    if not training_args.do_train:
+        if os.path.isdir(output_dir) and os.listdir(output_dir) and not training_args.overwrite_output_dir:
+            holds = "a model" if os.path.isfile(os.path.join(output_dir, "config.json")) else "files"
+            raise ValueError(f"output_dir {output_dir} already holds {holds}: an evaluation-only run (do_train "
+                             "false) would replace its README.md, all_results.json and generated_predictions.txt. "
+                             "Choose a new --output_dir, or pass --overwrite_output_dir true to write there")
+        return None
+    if not os.path.isdir(output_dir):
         return None
     last = last_complete_checkpoint(output_dir)
     if last is not None:
@@ -384,7 +464,7 @@ def _tokenize(raw, tokenizer, data_args, training_args):
     return tokenized
 
 
-def _render_card(output_dir, results, model, tokenizer, model_args, data_args, training_args):
+def _render_card(output_dir, results, model, tokenizer, model_args, data_args, training_args, decoding):
     from .card import render_model_card
 
     config = model.config
@@ -396,10 +476,10 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
         "src_lang": data_args.source_lang, "tgt_lang": data_args.target_lang,
         "dataset_name": results["dataset_name"], "dataset_id": results["dataset_id"],
         "test_split": data_args.test_split, "bleu": results["test_bleu"], "chrf": results["test_chrf"],
-        "bleu_signature": results["bleu_signature"], "num_beams": data_args.num_beams,
-        "decoding": ", ".join([f"beam {data_args.num_beams}", f"length penalty {data_args.length_penalty:g}"]
-                              + ([f"no repeated {data_args.no_repeat_ngram_size}-gram"]
-                                 if data_args.no_repeat_ngram_size else [])),
+        "bleu_signature": results["bleu_signature"], "num_beams": decoding["num_beams"],
+        "decoding": ", ".join([f"beam {decoding['num_beams']}", f"length penalty {decoding['length_penalty']:g}"]
+                              + ([f"no repeated {decoding['no_repeat_ngram_size']}-gram"]
+                                 if decoding["no_repeat_ngram_size"] else [])),
         "d_model": config.d_model, "num_heads": config.num_heads, "encoder_layers": config.encoder_layers,
         "decoder_layers": config.decoder_layers, "d_ff": config.d_ff, "dropout": config.dropout,
         "norm": "pre-LN" if config.pre_layer_norm else "post-LN", "num_parameters": f"{count_parameters(model):,}",
@@ -427,8 +507,20 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
     generation_config.json), the tokenizer, all_results.json, generated_predictions.txt,
     training_curve.png and a README.md model card from hub_card.md; pushes the folder when
     --push_to_hub is given. Raises ValueError for bad arguments, data or checkpoints before
-    anything is written.
+    anything is written; a run that fails leaves no empty output folder behind.
     """
+    created = not os.path.exists(training_args.output_dir)
+    try:
+        return _run_translation(model_args, data_args, training_args)
+    except BaseException:
+        output_dir = training_args.output_dir
+        if created and training_args.should_save and os.path.isdir(output_dir) and \
+                not any(files for _, _, files in os.walk(output_dir)):
+            shutil.rmtree(output_dir, ignore_errors=True)  # only folders, no file: nothing of value
+        raise
+
+
+def _run_translation(model_args, data_args, training_args) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
                         handlers=[logging.StreamHandler(sys.stdout)])
     if not training_args.should_log:
@@ -459,7 +551,7 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
             data_args.test_split: data_args.max_predict_samples}
     to_load = [s for s in splits if not data_files or s in data_files]
     raw = load_translation_dataset(
-        data_args.dataset_name or "json", data_args.source_lang, data_args.target_lang, splits=to_load,
+        data_args.dataset_name, data_args.source_lang, data_args.target_lang, splits=to_load,
         dataset_config_name=data_args.dataset_config_name, data_files=data_files or None,
         max_samples={k: v for k, v in caps.items() if v and k in to_load},  # e.g. no test cap without do_predict
     )
@@ -477,8 +569,11 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
     if training_args.noam_factor is not None:
         training_args.learning_rate = noam_peak_learning_rate(model.config.d_model, int(training_args.warmup_steps),
                                                               training_args.noam_factor)
-    model.generation_config.update(num_beams=data_args.num_beams, max_length=data_args.max_target_length,
-                                   length_penalty=data_args.length_penalty,
+    decoding = _resolve_decoding(model_args, data_args, model)
+    # Validation during training stays plain greedy: the n-gram block joins the generation config for the
+    # final test and the saved model (step 5).
+    model.generation_config.update(num_beams=decoding["num_beams"], max_length=data_args.max_target_length,
+                                   length_penalty=decoding["length_penalty"], no_repeat_ngram_size=0,
                                    decoder_start_token_id=model.config.decoder_start_token_id,
                                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                    bos_token_id=tokenizer.bos_token_id)
@@ -555,8 +650,8 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
 
     # 5. test: beam search, scored against the raw references. The n-gram block is a decoding choice for
     # the test and the shipped generation config; validation during training stays plain greedy.
-    if data_args.no_repeat_ngram_size:
-        model.generation_config.update(no_repeat_ngram_size=data_args.no_repeat_ngram_size)
+    if decoding["no_repeat_ngram_size"]:
+        model.generation_config.update(no_repeat_ngram_size=decoding["no_repeat_ngram_size"])
         if training_args.do_train and trainer.is_world_process_zero():
             model.generation_config.save_pretrained(training_args.output_dir)
     if training_args.do_predict:
@@ -564,9 +659,7 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
         # bf16/fp16 autocast that accelerate wraps around forward for training and validation.
         trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
         prediction = trainer.predict(tokenized[data_args.test_split], metric_key_prefix="test",
-                                     num_beams=data_args.num_beams, max_length=data_args.max_target_length,
-                                     length_penalty=data_args.length_penalty,
-                                     no_repeat_ngram_size=data_args.no_repeat_ngram_size)
+                                     max_length=data_args.max_target_length, **decoding)
         if trainer.is_world_process_zero():
             hypotheses = decode_ids(tokenizer, prediction.predictions)
             test_raw = raw[data_args.test_split]
@@ -574,14 +667,14 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
             scores = corpus_scores(hypotheses, references)
             metrics = {k: v for k, v in prediction.metrics.items() if not k.endswith(("_bleu", "_chrf"))}
             metrics.update(test_bleu=scores["bleu"], test_chrf=scores["chrf"], test_samples=len(hypotheses),
-                           test_num_beams=data_args.num_beams)
+                           test_num_beams=decoding["num_beams"])
             results.update(test_bleu=scores["bleu"], test_chrf=scores["chrf"],
                            bleu_signature=scores["bleu_signature"])
             results["examples"] = [{"source": s, "reference": r, "prediction": h} for s, r, h in
                                    zip(test_raw[data_args.source_lang][:3], references[:3], hypotheses[:3])]
             print(f"sacreBLEU signature: {scores['bleu_signature']}")
             print(f"test BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({len(hypotheses)} sentences, "
-                  f"beam {data_args.num_beams})")
+                  f"beam {decoding['num_beams']})")
             trainer.log_metrics("test", metrics)
             trainer.save_metrics("test", metrics)
             with open(os.path.join(training_args.output_dir, "generated_predictions.txt"), "w",
@@ -596,8 +689,9 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
             all_results = json.load(handle)
         all_results["num_parameters"] = count_parameters(model)
         write_json(os.path.join(output_dir, "all_results.json"), all_results)
-        if "test_bleu" in results:
-            _render_card(output_dir, results, model, tokenizer, model_args, data_args, training_args)
+        if "test_bleu" in results and os.path.isfile(os.path.join(output_dir, "model.safetensors")):
+            # a card only beside the weights it describes (an evaluation into a new folder writes none)
+            _render_card(output_dir, results, model, tokenizer, model_args, data_args, training_args, decoding)
         results["all_results"] = all_results
         if push_to_hub:
             from .hub import push_output_dir

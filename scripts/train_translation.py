@@ -41,4 +41,9 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, FileNotFoundError) as error:  # bad arguments, data or checkpoints: refused before training
+        if os.environ.get("SCRATCH_TRANSFORMER_TRACEBACK"):  # set to see where it was raised
+            raise
+        sys.exit(f"train_translation.py: error: {error}")

@@ -1,6 +1,7 @@
 """End-to-end runs of scripts/train_translation.py with tiny models (real Multi30k subset and synthetic pairs)."""
 
 import json
+import shutil
 
 import pytest
 import yaml
@@ -36,7 +37,7 @@ def multi30k_run(tmp_path_factory):
         output_dir, dataset_name=MULTI30K, validation_split="val", test_split="test_2016_flickr",
         max_train_samples=1500, max_eval_samples=40, max_predict_samples=40, config_overrides=TINY,
         vocab_size=1000, max_steps=60, warmup_steps=20, learning_rate=3e-3, eval_strategy="steps", eval_steps=30,
-        num_beams=2, no_repeat_ngram_size=2, bf16=True, use_cpu=True,
+        num_beams=2, length_penalty=1.2, no_repeat_ngram_size=2, bf16=True, use_cpu=True,
     )
     results = train_translation.main(argv)
     return output_dir, results
@@ -96,7 +97,7 @@ def test_model_card_metadata_matches_results(multi30k_run):
     bleu = [r.metric_value for r in card.data.eval_results if r.metric_type == "bleu"]
     assert bleu == [all_results["test_bleu"]]
     assert f"| {all_results['test_bleu']} |" in text
-    assert "| beam 2, length penalty 1, no repeated 2-gram |" in text  # the test's decoding, as run
+    assert "| beam 2, length penalty 1.2, no repeated 2-gram |" in text  # the test's decoding, as run
     assert "inverse_sqrt schedule" in text and "SchedulerType" not in text  # the default (Noam)
 
 
@@ -245,3 +246,156 @@ def test_translate_function_and_pipeline_edge_cases(multi30k_run):
 def test_negative_no_repeat_ngram_size_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="no_repeat_ngram_size must be >= 0"):
         train_translation.main(common_flags(tmp_path / "run", dataset_name=MULTI30K, no_repeat_ngram_size=-1))
+
+
+# ---------------------------------------------------------------- what is tested is what is shipped
+
+
+def test_fine_tune_tests_and_ships_the_inherited_decoding(multi30k_run, tmp_path):
+    """No decoding flags: the fine-tune's test decodes with the checkpoint's beam 2, length penalty 1.2 and
+    no repeated 2-gram, and saves them; translating the saved folder gives generated_predictions.txt."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from scratch_transformer.data import load_translation_dataset
+    from scratch_transformer.inference import translate
+
+    output_dir, _ = multi30k_run
+    tuned = tmp_path / "ft"
+    argv = common_flags(tuned, model_name_or_path=output_dir, dataset_name=MULTI30K, validation_split="val",
+                        test_split="test_2016_flickr", max_train_samples=200, max_eval_samples=10,
+                        max_predict_samples=64, max_steps=3, warmup_steps=1, learning_rate=1e-3,
+                        average_last_checkpoints=0)
+    train_translation.main(argv)
+    generation = json.loads((tuned / "generation_config.json").read_text())
+    assert (generation["num_beams"], generation["length_penalty"], generation["no_repeat_ngram_size"]) == (2, 1.2, 2)
+    assert json.loads((tuned / "all_results.json").read_text())["test_num_beams"] == 2
+    assert "| beam 2, length penalty 1.2, no repeated 2-gram |" in (tuned / "README.md").read_text()
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(tuned), AutoTokenizer.from_pretrained(tuned)
+    test = load_translation_dataset(MULTI30K, "de", "en", splits=["test_2016_flickr"],
+                                    max_samples={"test_2016_flickr": 64})["test_2016_flickr"]
+    shipped = translate(model, tokenizer, list(test["de"]), batch_size=64, max_source_length=40)
+    assert shipped == (tuned / "generated_predictions.txt").read_text(encoding="utf-8").splitlines()
+
+
+# ---------------------------------------------------------------- evaluation never overwrites a model
+
+
+def folder_bytes(folder):
+    return {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
+
+
+def evaluate_flags(model_dir, output_dir, **extra):
+    return common_flags(output_dir, model_name_or_path=model_dir, dataset_name=MULTI30K, validation_split="val",
+                        test_split="test_2016_flickr", max_eval_samples=10, max_predict_samples=20, do_train=False,
+                        **extra)
+
+
+def test_evaluating_a_model_in_place_is_refused_and_leaves_it_untouched(multi30k_run, tmp_path):
+    output_dir, _ = multi30k_run
+    model_dir = tmp_path / "model"
+    shutil.copytree(output_dir, model_dir)
+    before = folder_bytes(model_dir)
+    with pytest.raises(ValueError, match=r"already holds a model.*--overwrite_output_dir"):
+        train_translation.main(evaluate_flags(model_dir, model_dir))
+    assert folder_bytes(model_dir) == before
+
+
+def test_evaluating_in_place_when_asked_rewrites_results_but_not_weights(multi30k_run, tmp_path):
+    output_dir, _ = multi30k_run
+    model_dir = tmp_path / "model"
+    shutil.copytree(output_dir, model_dir)
+    before = folder_bytes(model_dir)
+    train_translation.main(evaluate_flags(model_dir, model_dir, overwrite_output_dir=True))
+    after = folder_bytes(model_dir)
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "generation_config.json"):
+        assert after[name] == before[name], name
+    assert len(after["generated_predictions.txt"].decode().splitlines()) == 20
+    assert b"README.md" not in before or after["README.md"]  # a card, beside the model it describes
+
+
+def test_evaluation_into_a_new_folder_writes_results_but_no_card(multi30k_run, tmp_path):
+    output_dir, _ = multi30k_run
+    results_dir = tmp_path / "eval"
+    train_translation.main(evaluate_flags(output_dir, results_dir))
+    names = {path.name for path in results_dir.iterdir()}
+    assert {"all_results.json", "generated_predictions.txt"} <= names
+    assert "README.md" not in names and "model.safetensors" not in names  # no card about weights not there
+
+
+# ---------------------------------------------------------------- refused before training, nothing left behind
+
+
+def tiny_run_flags(output_dir, **extra):
+    """Flags of a 2-step run of a tiny model; `extra` adds or replaces flags, a value of None drops one."""
+    values = {"dataset_name": MULTI30K, "validation_split": "val", "test_split": "test_2016_flickr",
+              "max_train_samples": 64, "max_eval_samples": 8, "max_predict_samples": 8, "config_overrides": TINY,
+              "vocab_size": 300, "max_steps": 2, "average_last_checkpoints": 0, **extra}
+    return common_flags(output_dir, **{key: value for key, value in values.items() if value is not None})
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"num_beams": 1, "length_penalty": 1.2}, r"--num_beams 1 --length_penalty 1.2 .*only used in beam-based"),
+    ({"max_target_length": 0}, "max_target_length must be >= 1 token, got 0"),
+    ({"max_source_length": -3}, "max_source_length must be >= 1 token, got -3"),
+    ({"learning_rate": -1}, "learning_rate must be > 0, got -1"),
+    ({"learning_rate": "nan"}, "learning_rate must be > 0, got nan"),
+    ({"max_train_minutes": 0}, "max_train_minutes must be > 0, got 0"),
+    ({"warmup_steps": -5}, "warmup_steps must be >= 0, got -5"),
+    ({"label_smoothing_factor": 1.5}, r"label_smoothing_factor must be in \[0, 1\), got 1.5"),
+    ({"max_eval_samples": 0}, "max_eval_samples must be >= 1"),
+])
+def test_bad_training_flags_are_refused_before_anything_is_written(tmp_path, extra, message):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=message):
+        train_translation.main(tiny_run_flags(out, **extra))
+    assert not out.exists()
+
+
+def test_a_failing_start_removes_the_empty_output_folder_it_made(tmp_path, monkeypatch):
+    """Whatever fails after the folder was made (here the optimizer), a new folder with no file in it goes."""
+    import torch
+
+    def broken_adam(*args, **kwargs):
+        raise ValueError("Invalid learning rate")
+
+    monkeypatch.setattr(torch.optim, "AdamW", broken_adam)
+    monkeypatch.setattr(torch.optim, "Adam", broken_adam)
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        train_translation.main(tiny_run_flags(out))
+    assert not out.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        train_translation.main(tiny_run_flags(kept))
+    assert kept.is_dir()  # a folder the user made is left where it was
+
+
+def test_hf_generic_names_in_config_overrides(tmp_path):
+    out = tmp_path / "run"
+    overrides = "hidden_size=32,num_attention_heads=2,encoder_layers=1,num_hidden_layers=1,intermediate_size=64"
+    train_translation.main(tiny_run_flags(out, config_overrides=overrides, do_eval=False, do_predict=False))
+    config = json.loads((out / "config.json").read_text())
+    assert (config["d_model"], config["num_heads"], config["decoder_layers"], config["d_ff"]) == (32, 2, 1, 64)
+
+
+def test_resuming_from_a_finished_model_folder_is_refused(multi30k_run, tmp_path):
+    output_dir, _ = multi30k_run
+    with pytest.raises(ValueError, match=r"no optimizer or scheduler state.*--model_name_or_path"):
+        train_translation.main(tiny_run_flags(tmp_path / "run", resume_from_checkpoint=output_dir,
+                                              config_overrides=None))
+    assert not (tmp_path / "run").exists()
+
+
+def test_script_prints_a_refusal_without_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, REPO_ROOT / "scripts" / "train_translation.py",
+                           *tiny_run_flags(out, learning_rate=-1)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == "train_translation.py: error: learning_rate must be > 0, got -1.0"
+    assert "Traceback" not in done.stderr and not out.exists()

@@ -425,6 +425,15 @@ def padding_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tens
     )
 
 
+def check_attention_mask(attention_mask: torch.Tensor | None, source_shape, source_name: str) -> None:
+    """Raise ValueError unless the source padding mask is (b, s) like the source it pads."""
+    if attention_mask is not None and tuple(attention_mask.shape) != tuple(source_shape):
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)} but {source_name} is {tuple(source_shape)}: "
+            "it must be (batch, source length), 1 for tokens and 0 for padding (the tokenizer's attention_mask)"
+        )
+
+
 def causal_mask(length: int, past_length: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Additive (1, 1, t, p + t) mask: query i (at position p + i) may see keys 0 .. p + i (paper 3.2.3)."""
     query_pos = torch.arange(past_length, past_length + length, device=device)[:, None]  # (t, 1)
@@ -490,6 +499,7 @@ class ScratchTransformerEncoder(nn.Module):
         Returns:
             BaseModelOutput with last_hidden_state (b, s, d), optional hidden_states and attentions.
         """
+        check_attention_mask(attention_mask, input_ids.shape, "input_ids")
         hidden_states = self.embed(input_ids)  # (b, s, d)
         mask = padding_mask(attention_mask, hidden_states.dtype) if attention_mask is not None else None
         all_hidden, all_attentions = [], []
@@ -804,7 +814,8 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
         Returns:
             Seq2SeqModelOutput: last_hidden_state (b, t, d), cache, encoder_last_hidden_state (b, s, d), ...
         Raises:
-            ValueError: no decoder_input_ids, no source, token ids out of range, or too long a sequence.
+            ValueError: no decoder_input_ids, no source, an attention_mask not of the source's shape (b, s),
+                token ids out of range, or too long a sequence.
         """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
@@ -820,8 +831,11 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
                 input_ids, attention_mask, output_attentions=output_attentions,
                 output_hidden_states=output_hidden_states,
             )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        else:
+            if not isinstance(encoder_outputs, BaseModelOutput):
+                encoder_outputs = BaseModelOutput(*encoder_outputs)
+            check_attention_mask(attention_mask, encoder_outputs.last_hidden_state.shape[:2],
+                                 "encoder_outputs (batch, length)")
 
         decoder_outputs = self.decoder(
             decoder_input_ids,
@@ -931,6 +945,15 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
+
+    def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
+        """generate()'s own argument check, plus the counts HF lets through (num_beams=0 ends in a
+        ZeroDivisionError). Raises ValueError naming the argument."""
+        for name in ("num_beams", "num_return_sequences"):
+            value = getattr(generation_config, name, None)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        super()._validate_generation_mode(generation_mode, generation_config, generation_mode_kwargs)
 
     @staticmethod
     def _reorder_cache(cache: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:

@@ -10,7 +10,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
+from transformers import HfArgumentParser  # torch and the models load only after the checks
 
 
 @dataclass
@@ -21,8 +21,14 @@ class TranslateArguments:
     batch_size: int = field(default=32, metadata={"help": "Sentences per batch."})
     num_beams: int | None = field(default=None, metadata={"help": "Beam size (default: the model's generation config)."})
     max_new_tokens: int | None = field(default=None, metadata={"help": "Longest translation, in tokens."})
+    max_source_length: int = field(default=256, metadata={
+        "help": "Longer sources are truncated to this many tokens (a warning says how many)."})
     revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit id)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow the model's own code from the Hub."})
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def _read_lines(path: str) -> list[str]:
@@ -32,6 +38,79 @@ def _read_lines(path: str) -> list[str]:
     except UnicodeDecodeError as error:
         raise SystemExit(f"{path}: not UTF-8 text (byte {error.start}: {error.object[error.start:error.start + 1]!r}); "
                          "convert it, e.g. iconv -f latin1 -t utf-8") from None
+    except OSError as error:
+        raise SystemExit(f"--input_file {path}: cannot read it ({error.strerror or error})") from None
+
+
+def _model_folder_problem(folder: str) -> str | None:
+    """Why `folder` is not a trained model's folder, or None when it holds config, weights and tokenizer."""
+    missing = []
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        missing.append("config.json")
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILES):
+        missing.append("weights (model.safetensors)")
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in TOKENIZER_FILES):
+        missing.append("tokenizer files (tokenizer.json / tokenizer_config.json)")
+    if not missing:
+        return None
+    problem = f"the folder holds no trained model (no {', no '.join(missing)})"
+    checkpoints = sorted(name for name in os.listdir(folder) if name.startswith("checkpoint-"))
+    if checkpoints:
+        problem += f"; its checkpoints do, e.g. --model {os.path.join(folder, checkpoints[-1])}"
+    return problem + "; give the output folder of scripts/train_translation.py"
+
+
+def _looks_local(name: str) -> bool:
+    """A name read as a local path, never as a Hub id: absolute, ./ ../ ~, more than one '/', a backslash,
+    not a valid repo id, or 'a/b' where the folder 'a' exists here (outputs/multi30k_de_en)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name:
+        return True
+    if "/" in name and os.path.isdir(name.split("/")[0]):
+        return True
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return True
+    return False
+
+
+def _check_model(parser, model: str, revision: str | None) -> dict:
+    """Fail at once, naming --model, unless `model` is a trained model's folder or a reachable Hub model.
+    Returns extra from_pretrained arguments (local_files_only when the Hub is unreachable but the cache has it)."""
+    folder = os.path.expanduser(model)
+    if os.path.isdir(folder):
+        problem = _model_folder_problem(folder)
+        if problem:
+            parser.error(f"--model {model}: {problem}")
+        return {}
+    if os.path.exists(folder):
+        parser.error(f"--model {model}: a file, not a model folder (give a trained model's folder or a Hub id)")
+    if _looks_local(model):
+        parent = model.split("/")[0]
+        why = f"; {parent}/ exists here, so this names a folder in it" if "/" in model and os.path.isdir(parent) else ""
+        parser.error(f"--model {model}: no such folder (give a trained model's folder or a Hub id{why})")
+
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    if constants.HF_HUB_OFFLINE:
+        return {}  # offline mode: transformers reads the cache, or says the files are not there
+    try:
+        HfApi().model_info(model, revision=revision, timeout=10)  # one request, no retries
+    except RevisionNotFoundError:
+        parser.error(f"--revision {revision}: no such revision of the Hub model {model}")
+    except RepositoryNotFoundError:
+        parser.error(f"--model {model}: no such local folder, and no such model on the Hub ({constants.ENDPOINT}) "
+                     "(if it is private, log in: hf auth login)")
+    except Exception as error:  # no connection, a timeout, a server error
+        if isinstance(try_to_load_from_cache(model, "config.json", revision=revision), str):
+            return {"local_files_only": True}  # downloaded before: use the cached copy
+        parser.error(f"--model {model}: no such local folder, and the Hub ({constants.ENDPOINT}) cannot be reached "
+                     f"({type(error).__name__}: {error}); check the path, or the connection")
+    return {}
 
 
 def main(argv=None) -> list[str]:
@@ -45,23 +124,32 @@ def main(argv=None) -> list[str]:
         parser.error("give sentences as arguments or --input_file, not both")
     if args.num_beams is not None and args.num_beams < 1:
         parser.error(f"--num_beams must be >= 1, got {args.num_beams}")
-    if os.path.isabs(args.model) or args.model.startswith((".", "~")) or args.model.count("/") > 1:
-        if not os.path.isdir(os.path.expanduser(args.model)):
-            parser.error(f"--model {args.model}: no such folder (give a trained model's folder or a Hub id)")
+    if args.max_source_length < 1:
+        parser.error(f"--max_source_length must be >= 1, got {args.max_source_length}")
+    if args.input_file and not os.path.isfile(args.input_file):
+        what = "a folder, not a file" if os.path.isdir(args.input_file) else "no such file"
+        parser.error(f"--input_file {args.input_file}: {what}")
     if args.output_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.output_file))):
         parser.error(f"--output_file {args.output_file}: its folder does not exist")
+    load_kwargs = _check_model(parser, args.model, args.revision)
     if args.input_file:
         sentences = _read_lines(args.input_file)
     elif not sentences:
         sentences = sys.stdin.read().removeprefix("\ufeff").splitlines()
 
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
     from scratch_transformer.inference import translate  # importing the package registers the model
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.revision,
-                                                  trust_remote_code=args.trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision, **load_kwargs)
+        model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.revision,
+                                                      trust_remote_code=args.trust_remote_code, **load_kwargs)
+    except (OSError, ValueError) as error:
+        parser.error(f"--model {args.model}: cannot load it: {error}")
     translations = translate(model, tokenizer, sentences, batch_size=args.batch_size, num_beams=args.num_beams,
-                             max_new_tokens=args.max_new_tokens, progress=args.input_file is not None)
+                             max_new_tokens=args.max_new_tokens, max_source_length=args.max_source_length,
+                             progress=args.input_file is not None)
     text = "".join(line + "\n" for line in translations)  # no input lines: no output lines
     if args.output_file:
         with open(args.output_file, "w", encoding="utf-8") as handle:

@@ -1,5 +1,6 @@
 """The model card (README.md) made from the project's `hub_card.md` template with huggingface_hub."""
 
+import json
 import os
 from pathlib import Path
 
@@ -14,7 +15,9 @@ def render_model_card(results: dict, template_path: str | os.PathLike | None = N
     Args:
         results: keys model_name, repo_id, src_lang, tgt_lang, dataset_name, dataset_id, test_split,
             bleu, chrf, bleu_signature, num_beams, license, and the model sizes shown in the card.
-        template_path: a Jinja/Markdown template; defaults to the repository's hub_card.md.
+        template_path: a Jinja/Markdown template; defaults to the repository's hub_card.md. Besides the
+            results' keys it gets `repo_id_literal` and `example_source_literal`, the two as Python string
+            literals (quotes and backslashes escaped) for the card's code, which must run as printed.
     Returns:
         huggingface_hub.ModelCard (save with `.save(path)`).
     Raises:
@@ -39,4 +42,6 @@ def render_model_card(results: dict, template_path: str | os.PathLike | None = N
             for metric in ("bleu", "chrf")
         ],
     )
-    return ModelCard.from_template(card_data, template_path=str(template_path), **results)
+    literals = {f"{key}_literal": json.dumps(str(results.get(key, "")), ensure_ascii=False)  # valid Python too
+                for key in ("repo_id", "example_source")}
+    return ModelCard.from_template(card_data, template_path=str(template_path), **{**results, **literals})

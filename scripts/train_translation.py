@@ -19,12 +19,8 @@ import sys
 
 from transformers import HfArgumentParser
 
-from scratch_transformer.translation import (
-    DataTrainingArguments,
-    ModelArguments,
-    TranslationTrainingArguments,
-    run_translation,
-)
+from scratch_transformer.arguments import DataTrainingArguments, ModelArguments, TranslationTrainingArguments
+from scratch_transformer.translation import run_translation
 
 
 def parse_args(argv=None):

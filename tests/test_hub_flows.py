@@ -372,7 +372,7 @@ def test_in_process_pipeline_on_the_pulled_model(pushed_run, local_model):
     output = pipe(PIPELINE_SENTENCE)
     assert output == [{"translation_text": translate(model, tokenizer, [PIPELINE_SENTENCE])[0]}]
     greedy = pipe(SENTENCES, num_beams=1)
-    assert [item[0]["translation_text"] for item in greedy] == translate(model, tokenizer, SENTENCES, num_beams=1)
+    assert [item["translation_text"] for item in greedy] == translate(model, tokenizer, SENTENCES, num_beams=1)
 
 
 # --------------------------------------------------------------------------------------

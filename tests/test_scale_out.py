@@ -21,7 +21,7 @@ from conftest import MULTI30K, REPO_ROOT
 from safetensors.torch import load_file
 from test_translation import TINY, common_flags, train_translation
 
-from scratch_transformer.training import is_complete_checkpoint, is_complete_safetensors, last_complete_checkpoint
+from scratch_transformer.checkpoints import is_complete_checkpoint, is_complete_safetensors, last_complete_checkpoint
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore"),

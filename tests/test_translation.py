@@ -163,7 +163,7 @@ def test_length_grouped_sampler_groups_lengths_but_shuffles_batch_order():
     import torch
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
-    from scratch_transformer.translation import EpochSeededLengthGroupedSampler
+    from scratch_transformer.trainer import EpochSeededLengthGroupedSampler
 
     generator = torch.Generator().manual_seed(0)
     lengths = torch.randint(3, 41, (29000,), generator=generator).tolist()

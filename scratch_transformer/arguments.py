@@ -1,0 +1,168 @@
+"""The main job's arguments: three dataclasses parsed by HfArgumentParser (flags or one .json file), named
+and checked as in transformers' run_translation.py, with the paper's training choices as defaults.
+
+Every check runs in __post_init__, before any data is read or any folder is made; a bad value raises
+ValueError naming the argument.
+"""
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import torch
+from transformers import Seq2SeqTrainingArguments
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    """Which model to train: a checkpoint to fine-tune, or a new one built from a config."""
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Fine-tune this checkpoint (local folder or Hub id); its tokenizer is used. "
+                          "Leave empty to build a new model and train a new tokenizer."},
+    )
+    config_name: str | None = field(
+        default=None, metadata={"help": "A config.json (or folder) for a new model; default: the paper's base."}
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated config overrides for a new model, e.g. "
+                          "'d_model=256,num_heads=4,encoder_layers=3,decoder_layers=3,d_ff=1024'."},
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Use this tokenizer (folder or Hub id) instead of training one."}
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "Size of the joint BPE vocabulary to train."})
+    tokenizer_min_frequency: int = field(default=2, metadata={"help": "BPE: merge pairs seen at least this often."})
+    attn_implementation: str = field(default="sdpa", metadata={"help": "'sdpa' (fused kernel) or 'eager' (math)."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from a Hub checkpoint."})
+    average_last_checkpoints: int = field(
+        default=5,
+        metadata={"help": "Average the weights of the last N checkpoints (paper 6.1) and keep the average if its "
+                          "validation BLEU is at least the last checkpoint's. 0 or 1: off."},
+    )
+    card_template: str | None = field(default=None, metadata={"help": "Model card template (default hub_card.md)."})
+
+
+@dataclass
+class DataTrainingArguments:
+    """Where the parallel text is and how to cut it (names follow transformers' run_translation.py)."""
+
+    source_lang: str = field(default="de", metadata={"help": "Source language code (a column or file suffix)."})
+    target_lang: str = field(default="en", metadata={"help": "Target language code."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "A Hub dataset id, or a local folder of line-aligned files {split}.{lang}[.gz]."},
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset config, e.g. 'de-en'."})
+    train_file: str | None = field(default=None, metadata={"help": "A .jsonl/.json/.csv training file."})
+    validation_file: str | None = field(default=None, metadata={"help": "A .jsonl/.json/.csv validation file."})
+    test_file: str | None = field(default=None, metadata={"help": "A .jsonl/.json/.csv test file."})
+    train_split: str = field(default="train", metadata={"help": "Split name used for training."})
+    validation_split: str = field(default="validation", metadata={"help": "Split name for validation (Multi30k: val)."})
+    test_split: str = field(default="test",
+                            metadata={"help": "Split name for the final test (Multi30k: test_2016_flickr)."})
+    max_source_length: int = field(default=128, metadata={"help": "Truncate source sentences to this many tokens."})
+    max_target_length: int = field(default=128, metadata={"help": "Truncate targets; also the generation limit."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
+    num_beams: int | None = field(
+        default=None, metadata={"help": "Beam size for the final test and the saved generation config (default: "
+                                        "the fine-tuned model's generation config, else 4)."})
+    length_penalty: float | None = field(
+        default=None, metadata={"help": "Beam-search length penalty, an exponent on the length (default: the "
+                                        "fine-tuned model's generation config, else 1.0)."})
+    no_repeat_ngram_size: int | None = field(
+        default=None, metadata={"help": "Final test and saved generation config: never repeat an n-gram of this size "
+                                        "within a translation, 0 = off (default: the fine-tuned model's generation "
+                                        "config, else 0)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
+
+    def __post_init__(self):
+        sources = [self.dataset_name is not None, any([self.train_file, self.validation_file, self.test_file])]
+        if sum(sources) != 1:
+            raise ValueError("give either --dataset_name (Hub id or folder) or --train_file/--validation_file/"
+                             "--test_file, not both and not neither")
+        if self.no_repeat_ngram_size is not None and self.no_repeat_ngram_size < 0:
+            raise ValueError(f"no_repeat_ngram_size must be >= 0 (0 = off), got {self.no_repeat_ngram_size}")
+        if self.source_lang == self.target_lang:
+            raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}")
+        if self.num_beams is not None and self.num_beams < 1:
+            raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
+        for name in ("max_source_length", "max_target_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 token, got {getattr(self, name)}")
+        for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (leave it out to use the whole split), got "
+                                 f"{getattr(self, name)}")
+
+
+@dataclass
+class TranslationTrainingArguments(Seq2SeqTrainingArguments):
+    """Seq2SeqTrainingArguments with the paper's training choices as defaults (paper 5.3, 5.4)."""
+
+    do_train: bool = field(default=True, metadata={"help": "Train (default true)."})
+    do_eval: bool = field(default=True, metadata={"help": "Evaluate on the validation split (default true)."})
+    do_predict: bool = field(default=True, metadata={"help": "Translate and score the test split (default true)."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (paper 5.3: 0.98)."})
+    adam_epsilon: float = field(default=1e-9, metadata={"help": "Adam epsilon (paper 5.3: 1e-9)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "0 = the paper's plain Adam."})
+    lr_scheduler_type: str = field(
+        default="inverse_sqrt", metadata={"help": "inverse_sqrt = the paper's Noam schedule (paper 5.3)."}
+    )
+    warmup_steps: float = field(default=4000, metadata={"help": "Noam warmup steps (paper: 4000)."})
+    learning_rate: float = field(default=7e-4, metadata={"help": "Peak learning rate, reached after warmup."})
+    noam_factor: float | None = field(
+        default=None,
+        metadata={"help": "If set, learning_rate = noam_factor * d_model^-0.5 * warmup_steps^-0.5 (paper eq. 3)."},
+    )
+    label_smoothing_factor: float = field(default=0.1, metadata={"help": "Label smoothing (paper 5.4: 0.1)."})
+    predict_with_generate: bool = field(default=True, metadata={"help": "Evaluate BLEU on generated text."})
+    max_train_minutes: float | None = field(
+        default=None, metadata={"help": "Stop training after this many minutes of training (evaluation excluded)."}
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Let an evaluation-only run (--do_train false) write its results into a folder that "
+                          "already holds files, such as the evaluated model's own folder (its weights are never "
+                          "touched). Without it such a run is refused."},
+    )
+
+    def __post_init__(self):
+        # checked here, before anything is built or written (HF finds a bad learning rate only when it
+        # creates the optimizer, after the output folder exists); `not value > 0` also refuses NaN
+        for name in ("learning_rate", "max_train_minutes"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        if not self.warmup_steps >= 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.label_smoothing_factor < 1:
+            raise ValueError(f"label_smoothing_factor must be in [0, 1), got {self.label_smoothing_factor}")
+        # torchrun / `accelerate launch --multi_gpu` start WORLD_SIZE processes. Without a GPU, accelerate only
+        # joins them into one (gloo) group when told to use the CPU; otherwise each process would train alone on
+        # all the data and overwrite the others' files. So a multi-process launch without a GPU means the CPU.
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and not self.use_cpu and not _has_accelerator():
+            self.use_cpu = True
+        super().__post_init__()
+        if launched > 1 and self.world_size != launched:
+            raise ValueError(f"launched as {launched} processes (WORLD_SIZE) but the Trainer sees a world of "
+                             f"{self.world_size}: check the launcher's and the script's device settings")
+        if self.world_size == 1 and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" \
+                and "MASTER_ADDR" in os.environ:  # what `accelerate launch --cpu --num_processes N>1` leaves
+            logger.warning("`accelerate launch --cpu` started a single process: for several CPU processes use "
+                           "--config_file configs/accelerate_cpu_2proc.yaml (or --multi_gpu) instead of --cpu")
+
+
+def _has_accelerator() -> bool:
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()

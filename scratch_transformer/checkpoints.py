@@ -1,0 +1,188 @@
+"""Trainer checkpoints on disk: which are complete, which to resume from, averaging them (paper 6.1).
+
+A run killed while saving leaves a half-written `checkpoint-N`; a folder handed to --resume_from_checkpoint
+may be a finished model, a checkpoint of another architecture or a damaged one. Every check here only
+looks, and raises ValueError naming the folder and the file, before anything is loaded or written.
+"""
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+
+import torch
+from safetensors.torch import load_file
+
+logger = logging.getLogger(__name__)
+
+
+def sorted_checkpoints(output_dir: str) -> list[str]:
+    """`checkpoint-N` folders in output_dir, by step N ascending."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = []
+    for name in os.listdir(output_dir):
+        if name.startswith("checkpoint-") and name.split("-")[-1].isdigit():
+            found.append((int(name.split("-")[-1]), os.path.join(output_dir, name)))
+    return [path for _, path in sorted(found)]
+
+
+def is_complete_safetensors(path: str) -> bool:
+    """True when a .safetensors file is whole: its JSON header parses and the file holds every byte the
+    header indexes (a file cut short by a crash fails this; the tensors themselves are not read)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            header_size = int.from_bytes(handle.read(8), "little")
+            if header_size <= 0 or 8 + header_size > size:
+                return False
+            header = json.loads(handle.read(header_size))
+        end = max((entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"), default=0)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return False
+    return size >= 8 + header_size + end
+
+
+def is_complete_checkpoint(folder: str) -> bool:
+    """True when a Trainer checkpoint finished writing: whole weights, and trainer_state.json (written
+    last by Trainer._save_checkpoint) parses."""
+    state = os.path.join(folder, "trainer_state.json")
+    if not is_complete_safetensors(os.path.join(folder, "model.safetensors")) or not os.path.isfile(state):
+        return False
+    try:
+        with open(state, encoding="utf-8") as handle:
+            json.load(handle)
+    except (OSError, ValueError):  # unreadable, not UTF-8 or not JSON
+        return False
+    return True
+
+
+def last_complete_checkpoint(output_dir: str, remove_incomplete: bool = False) -> str | None:
+    """The newest checkpoint in output_dir that finished writing, or None.
+
+    A run killed while saving leaves a half-written `checkpoint-N`; with `remove_incomplete`
+    such folders newer than the last complete one are deleted (their step is trained again), so
+    that neither HF's resume nor its checkpoint rotation ever reads them.
+    """
+    checkpoints = sorted_checkpoints(output_dir)
+    for folder in reversed(checkpoints):
+        if is_complete_checkpoint(folder):
+            return folder
+        logger.warning("checkpoint %s is incomplete (interrupted while saving)%s", folder,
+                       "; removing it" if remove_incomplete else "")
+        if remove_incomplete:
+            shutil.rmtree(folder)
+    return None
+
+
+def _load_checkpoint_weights(folder: str) -> dict[str, torch.Tensor]:
+    path = os.path.join(folder, "model.safetensors")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint {folder} has no model.safetensors (incomplete or corrupt checkpoint)")
+    return load_file(path)
+
+
+def average_checkpoints(folders: Sequence[str]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the weights of several checkpoints (paper 6.1: "averaging the last 5 checkpoints").
+
+    Args:
+        folders: checkpoint folders, each with a model.safetensors of the same keys and shapes.
+    Returns:
+        a state dict of float tensors (same keys as the checkpoints).
+    Raises:
+        ValueError: no folders, or keys/shapes that differ; FileNotFoundError: a folder without weights.
+    """
+    if not folders:
+        raise ValueError("average_checkpoints needs at least one checkpoint folder")
+    total = None
+    for folder in folders:
+        weights = _load_checkpoint_weights(folder)
+        if total is None:
+            total = {k: v.double().clone() for k, v in weights.items()}
+            reference = folder
+            continue
+        if weights.keys() != total.keys():
+            raise ValueError(f"checkpoint {folder} has different weights than {reference}")
+        for key, value in weights.items():
+            if value.shape != total[key].shape:
+                raise ValueError(f"{key} has shape {tuple(value.shape)} in {folder}, {tuple(total[key].shape)} "
+                                 f"in {reference}")
+            total[key] += value.double()
+    return {k: (v / len(folders)).float() for k, v in total.items()}
+
+
+def check_resume_checkpoint(checkpoint: str, model=None, needs_tokenizer: bool = False) -> None:
+    """A checkpoint to resume must be complete (and, given the model, match it); raise naming the path and field.
+
+    Called before anything is loaded from it, and again with the model once it is built.
+    """
+    needed = ["config.json", "model.safetensors", "trainer_state.json"]
+    needed += ["tokenizer.json"] if needs_tokenizer else []
+    missing = [name for name in needed if not os.path.isfile(os.path.join(checkpoint, name))]
+    if missing:
+        raise ValueError(f"checkpoint {checkpoint} is incomplete or corrupt: missing {', '.join(missing)}")
+    names = os.listdir(checkpoint)
+    if not any(name.startswith("optimizer") for name in names) or not any(name.startswith("scheduler")
+                                                                          for name in names):
+        raise ValueError(f"{checkpoint} holds no optimizer or scheduler state (optimizer.pt, scheduler.pt): it is a "
+                         "finished model, not a training checkpoint, and a resumed run would restart Adam and the "
+                         f"schedule from zero. To train on from its weights, pass --model_name_or_path {checkpoint} "
+                         "(a fine-tune: new optimizer and schedule); to resume, give a checkpoint-N folder")
+    saved = {}
+    for name in ("config.json", "trainer_state.json"):
+        try:
+            with open(os.path.join(checkpoint, name), encoding="utf-8") as handle:
+                saved[name] = json.load(handle)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"checkpoint {checkpoint}: {name} is not valid JSON ({error})") from error
+        if not isinstance(saved[name], dict):
+            raise ValueError(f"checkpoint {checkpoint}: {name} does not hold a JSON object")
+    if not is_complete_safetensors(os.path.join(checkpoint, "model.safetensors")):
+        raise ValueError(f"checkpoint {checkpoint}: model.safetensors is truncated or corrupt")
+    if model is None:
+        return
+    config = saved["config.json"]
+    for key in ("vocab_size", "d_model", "num_heads", "encoder_layers", "decoder_layers", "d_ff",
+                "share_encoder_decoder_embeddings", "pre_layer_norm"):
+        if key in config and config[key] != getattr(model.config, key):
+            raise ValueError(f"checkpoint {checkpoint} does not match the model: config field {key} is "
+                             f"{config[key]!r} there but {getattr(model.config, key)!r} here")
+
+
+def resume_checkpoint_in(training_args) -> str | None:
+    """Resume from the last complete checkpoint in output_dir, or refuse to overwrite a finished run.
+
+    Only looks: half-written checkpoints are removed later, by `remove_incomplete_checkpoints`, once
+    every check has passed (a failing start leaves the folder as it was).
+    """
+    if training_args.resume_from_checkpoint:
+        if not os.path.isdir(training_args.resume_from_checkpoint):
+            raise ValueError(f"resume_from_checkpoint {training_args.resume_from_checkpoint} is not a folder")
+        return training_args.resume_from_checkpoint
+    output_dir = training_args.output_dir
+    if not training_args.do_train:
+        if os.path.isdir(output_dir) and os.listdir(output_dir) and not training_args.overwrite_output_dir:
+            holds = "a model" if os.path.isfile(os.path.join(output_dir, "config.json")) else "files"
+            raise ValueError(f"output_dir {output_dir} already holds {holds}: an evaluation-only run (do_train "
+                             "false) would replace its README.md, all_results.json and generated_predictions.txt. "
+                             "Choose a new --output_dir, or pass --overwrite_output_dir true to write there")
+        return None
+    if not os.path.isdir(output_dir):
+        return None
+    last = last_complete_checkpoint(output_dir)
+    if last is not None:
+        logger.info("resuming from %s (delete the output folder to start afresh)", last)
+        return last
+    half_written = {os.path.basename(folder) for folder in sorted_checkpoints(output_dir)}  # none is complete
+    if set(os.listdir(output_dir)) - half_written:
+        raise ValueError(f"output_dir {output_dir} already exists, is not empty and holds no checkpoint to resume "
+                         "from: choose another folder or delete it")
+    return None
+
+
+def remove_incomplete_checkpoints(training_args) -> None:
+    """Delete the checkpoints newer than the last complete one (a run killed while saving): their steps are
+    trained again, and neither HF's resume nor its checkpoint rotation must ever read them."""
+    if training_args.do_train and training_args.should_save and os.path.isdir(training_args.output_dir):
+        last_complete_checkpoint(training_args.output_dir, remove_incomplete=True)

@@ -6,7 +6,9 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "hub_card.md"
+# The repository's top-level hub_card.md, reached through the package's link to it (scratch_transformer/hub_card.md
+# -> ../hub_card.md), which wheels and non-editable installs carry as a plain file.
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "hub_card.md"
 
 
 def render_model_card(results: dict, template_path: str | os.PathLike | None = None) -> ModelCard:

@@ -673,3 +673,30 @@ def test_cross_entropy_loss_review_cases():
     torch.testing.assert_close(dirty_loss, clean_loss)
     torch.testing.assert_close(dirty.grad, clean.grad)
     assert dirty.grad[1, 2].abs().max() == 0
+
+
+# ---------------------------------------------------------------- backward compatibility
+
+
+@pytest.mark.parametrize("variant", ["post_ln_separate", "post_ln_shared", "pre_ln_separate", "pre_ln_shared"])
+def test_checkpoint_saved_by_older_code_loads_with_identical_logits(variant):
+    """tests/fixtures/compat_checkpoints was written at commit d1a4988 (before the modeling file's
+    reorganisation) by tests/fixtures/make_compat_checkpoints.py: the same weights, state-dict names and
+    ops must give bit-identical logits (one thread, as when they were recorded)."""
+    from safetensors.torch import load_file
+
+    from fixtures.make_compat_checkpoints import OUT, logits_of
+
+    expected = load_file(OUT / "expected_logits.safetensors")
+    batch = {key.removeprefix("input."): value for key, value in expected.items() if key.startswith("input.")}
+    model, info = ScratchTransformerForConditionalGeneration.from_pretrained(OUT / variant, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        got = logits_of(model.eval(), batch)
+    finally:
+        torch.set_num_threads(threads)
+    for path, logits in got.items():
+        recorded = expected[f"{variant}.{path}"]
+        assert torch.equal(logits, recorded), (path, (logits - recorded).abs().max())

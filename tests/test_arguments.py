@@ -1,0 +1,56 @@
+"""scratch_transformer.arguments: the main job's dataclasses refuse bad values when they are made, naming them."""
+
+import pytest
+
+from scratch_transformer.arguments import DataTrainingArguments, ModelArguments, TranslationTrainingArguments
+
+
+def data(**overrides):
+    return DataTrainingArguments(**{"dataset_name": "some/folder", **overrides})
+
+
+def training(tmp_path, **overrides):
+    return TranslationTrainingArguments(**{"output_dir": str(tmp_path / "out"), "use_cpu": True, **overrides})
+
+
+def test_defaults_are_the_papers_choices(tmp_path):
+    args = training(tmp_path)
+    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.98, 1e-9)  # paper 5.3
+    assert args.label_smoothing_factor == 0.1 and args.warmup_steps == 4000  # paper 5.4, 5.3
+    assert getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type) == "inverse_sqrt"
+    assert not args.overwrite_output_dir
+    assert ModelArguments().average_last_checkpoints == 5  # paper 6.1
+    decoding = data()
+    assert (decoding.num_beams, decoding.length_penalty, decoding.no_repeat_ngram_size) == (None, None, None)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"dataset_name": None}, "give either --dataset_name"),
+    ({"train_file": "t.jsonl"}, "not both"),
+    ({"source_lang": "en", "target_lang": "en"}, "both 'en'"),
+    ({"num_beams": 0}, "num_beams must be >= 1, got 0"),
+    ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size must be >= 0"),
+    ({"max_target_length": 0}, "max_target_length must be >= 1 token, got 0"),
+    ({"max_source_length": -2}, "max_source_length must be >= 1 token, got -2"),
+    ({"max_predict_samples": 0}, "max_predict_samples must be >= 1"),
+])
+def test_bad_data_arguments_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        data(**overrides)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"learning_rate": 0.0}, "learning_rate must be > 0, got 0.0"),
+    ({"learning_rate": float("nan")}, "learning_rate must be > 0, got nan"),
+    ({"max_train_minutes": -1.0}, "max_train_minutes must be > 0"),
+    ({"warmup_steps": -1}, "warmup_steps must be >= 0"),
+    ({"per_device_train_batch_size": 0}, "per_device_train_batch_size must be >= 1"),
+    ({"per_device_eval_batch_size": 0}, "per_device_eval_batch_size must be >= 1"),
+    ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps must be >= 1"),
+    ({"label_smoothing_factor": 1.0}, r"label_smoothing_factor must be in \[0, 1\)"),
+    ({"label_smoothing_factor": -0.1}, r"label_smoothing_factor must be in \[0, 1\)"),
+])
+def test_bad_training_arguments_are_refused_before_any_folder_exists(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        training(tmp_path, **overrides)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,130 @@
+"""scratch_transformer.checkpoints: complete or half-written checkpoints, resume checks, averaging (paper 6.1)."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from scratch_transformer.checkpoints import (
+    average_checkpoints,
+    check_resume_checkpoint,
+    is_complete_checkpoint,
+    is_complete_safetensors,
+    last_complete_checkpoint,
+    remove_incomplete_checkpoints,
+    resume_checkpoint_in,
+    sorted_checkpoints,
+)
+
+CONFIG = {"vocab_size": 10, "d_model": 4, "num_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "d_ff": 8}
+
+
+def make_checkpoint(folder, weights=None, optimizer=True, state=None):
+    """A Trainer-like checkpoint folder: weights, config, trainer state and (by default) optimizer/scheduler."""
+    folder.mkdir(parents=True)
+    save_file(weights or {"w": torch.ones(2, 3)}, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    (folder / "trainer_state.json").write_text(json.dumps(state if state is not None else {"global_step": 1}))
+    if optimizer:
+        (folder / "optimizer.pt").write_bytes(b"x")
+        (folder / "scheduler.pt").write_bytes(b"x")
+    return folder
+
+
+def args(output_dir, **overrides):
+    values = dict(output_dir=str(output_dir), resume_from_checkpoint=None, do_train=True, should_save=True,
+                  overwrite_output_dir=False)
+    return SimpleNamespace(**{**values, **overrides})
+
+
+def test_sorted_checkpoints_orders_by_step_not_by_name(tmp_path):
+    for step in (100, 20, 3):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-last").mkdir()
+    assert [p.rsplit("-", 1)[1] for p in sorted_checkpoints(str(tmp_path))] == ["3", "20", "100"]
+    assert sorted_checkpoints(str(tmp_path / "missing")) == []
+
+
+def test_a_safetensors_file_cut_short_is_incomplete(tmp_path):
+    path = tmp_path / "model.safetensors"
+    save_file({"w": torch.arange(100.0)}, path)
+    assert is_complete_safetensors(str(path))
+    data = path.read_bytes()
+    path.write_bytes(data[:-1])
+    assert not is_complete_safetensors(str(path))
+    path.write_bytes(data[:5])
+    assert not is_complete_safetensors(str(path))
+
+
+def test_last_complete_checkpoint_skips_and_removes_half_written_ones(tmp_path):
+    make_checkpoint(tmp_path / "checkpoint-5")
+    broken = make_checkpoint(tmp_path / "checkpoint-10")
+    (broken / "trainer_state.json").write_text("{\"global_st")  # killed while writing the state (written last)
+    assert not is_complete_checkpoint(str(broken))
+    assert last_complete_checkpoint(str(tmp_path)).endswith("checkpoint-5")
+    assert broken.exists()
+    remove_incomplete_checkpoints(args(tmp_path))
+    assert not broken.exists() and (tmp_path / "checkpoint-5").exists()
+
+
+def test_average_is_the_elementwise_mean(tmp_path):
+    folders = [make_checkpoint(tmp_path / f"checkpoint-{i}", {"w": torch.full((2, 2), float(i))}) for i in (1, 2, 6)]
+    averaged = average_checkpoints([str(f) for f in folders])
+    torch.testing.assert_close(averaged["w"], torch.full((2, 2), 3.0), rtol=0, atol=0)
+    assert averaged["w"].dtype == torch.float32
+
+
+def test_average_refuses_different_weights(tmp_path):
+    a = make_checkpoint(tmp_path / "checkpoint-1", {"w": torch.zeros(2)})
+    b = make_checkpoint(tmp_path / "checkpoint-2", {"w": torch.zeros(3)})
+    c = make_checkpoint(tmp_path / "checkpoint-3", {"v": torch.zeros(2)})
+    with pytest.raises(ValueError, match=r"w has shape \(3,\)"):
+        average_checkpoints([str(a), str(b)])
+    with pytest.raises(ValueError, match="different weights"):
+        average_checkpoints([str(a), str(c)])
+    with pytest.raises(ValueError, match="at least one"):
+        average_checkpoints([])
+
+
+def test_resume_check_names_what_is_missing_or_damaged(tmp_path):
+    folder = make_checkpoint(tmp_path / "checkpoint-1")
+    check_resume_checkpoint(str(folder))  # complete: no error
+    with pytest.raises(ValueError, match="missing tokenizer.json"):
+        check_resume_checkpoint(str(folder), needs_tokenizer=True)
+    (folder / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="config.json does not hold a JSON object"):
+        check_resume_checkpoint(str(folder))
+
+
+def test_a_finished_model_folder_is_not_a_checkpoint_to_resume(tmp_path):
+    folder = make_checkpoint(tmp_path / "model", optimizer=False)
+    with pytest.raises(ValueError, match=r"no optimizer or scheduler state.*--model_name_or_path"):
+        check_resume_checkpoint(str(folder))
+
+
+def test_resume_check_compares_the_architecture(tmp_path):
+    folder = make_checkpoint(tmp_path / "checkpoint-1")
+    model = SimpleNamespace(config=SimpleNamespace(**{**CONFIG, "d_model": 8, "share_encoder_decoder_embeddings": 1,
+                                                      "pre_layer_norm": False}))
+    with pytest.raises(ValueError, match="config field d_model is 4 there but 8 here"):
+        check_resume_checkpoint(str(folder), model)
+
+
+def test_a_training_run_resumes_from_the_last_complete_checkpoint_or_refuses_a_full_folder(tmp_path):
+    assert resume_checkpoint_in(args(tmp_path / "new")) is None
+    make_checkpoint(tmp_path / "run" / "checkpoint-4")
+    assert resume_checkpoint_in(args(tmp_path / "run")).endswith("checkpoint-4")
+    (tmp_path / "finished").mkdir()
+    (tmp_path / "finished" / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(ValueError, match="holds no checkpoint to resume from"):
+        resume_checkpoint_in(args(tmp_path / "finished"))
+
+
+def test_an_evaluation_refuses_a_folder_with_files_unless_asked(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="already holds a model.*--overwrite_output_dir"):
+        resume_checkpoint_in(args(tmp_path, do_train=False))
+    assert resume_checkpoint_in(args(tmp_path, do_train=False, overwrite_output_dir=True)) is None
+    assert resume_checkpoint_in(args(tmp_path / "empty", do_train=False)) is None

@@ -1,0 +1,82 @@
+"""scratch_transformer.training: the paper's peak learning rate, the wall-clock budget, the curve, JSON, counts."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import TrainerControl, TrainerState
+
+from scratch_transformer import training
+from scratch_transformer.training import (
+    WallClockBudgetCallback,
+    count_parameters,
+    noam_peak_learning_rate,
+    plot_training_curve,
+    write_json,
+)
+
+
+def test_noam_peak_is_eq_3_at_the_end_of_warmup():
+    # eq. 3 at step = warmup: d_model^-0.5 * min(w^-0.5, w * w^-1.5) = d_model^-0.5 * w^-0.5
+    assert noam_peak_learning_rate(512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5)
+    assert noam_peak_learning_rate(512, 4000) == pytest.approx(6.9877e-4, rel=1e-4)  # the paper's base model
+    assert noam_peak_learning_rate(256, 800, factor=2.0) == pytest.approx(2 * 256**-0.5 * 800**-0.5)
+
+
+@pytest.mark.parametrize("d_model, warmup", [(0, 10), (-4, 10), (16, 0)])
+def test_noam_peak_refuses_non_positive_sizes(d_model, warmup):
+    with pytest.raises(ValueError, match="must be positive"):
+        noam_peak_learning_rate(d_model, warmup)
+
+
+def test_budget_stops_after_its_training_time_not_counting_evaluation(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(training.time, "perf_counter", lambda: clock[0])
+    budget = WallClockBudgetCallback(max_minutes=1.0)
+    args, state = SimpleNamespace(world_size=1), TrainerState()
+    budget.on_train_begin(args, state, TrainerControl())
+    clock[0] += 50  # 50 s of training
+    assert not budget.on_step_end(args, state, TrainerControl()).should_training_stop
+    clock[0] += 30  # a 30 s evaluation, then 5 s of training: 55 s trained
+    budget.on_evaluate(args, state, TrainerControl(), metrics={"eval_runtime": 30.0})
+    clock[0] += 5
+    control = budget.on_step_end(args, state, TrainerControl())
+    assert not control.should_training_stop and budget.training_seconds == pytest.approx(55)
+    clock[0] += 5  # 60 s trained: stop, and save the last step
+    control = budget.on_step_end(args, state, TrainerControl())
+    assert control.should_training_stop and control.should_save
+    assert budget.training_seconds == pytest.approx(60)
+
+
+@pytest.mark.parametrize("minutes", [0, -1])
+def test_budget_refuses_a_non_positive_budget(minutes):
+    with pytest.raises(ValueError, match="max_minutes must be positive"):
+        WallClockBudgetCallback(minutes)
+
+
+def test_training_curve_is_a_png_of_loss_and_bleu(tmp_path):
+    history = [{"step": s, "loss": 5.0 / s} for s in range(1, 6)] + [{"step": 5, "eval_bleu": 12.5}]
+    path = tmp_path / "curve.png"
+    plot_training_curve(history, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+def test_write_json_replaces_the_file_whole_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text("{\"old\": 1}")
+    write_json(str(path), {"bleu": 38.5, "name": "Grüße"})
+    assert json.loads(path.read_text(encoding="utf-8")) == {"bleu": 38.5, "name": "Grüße"}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_count_parameters_counts_a_tied_weight_once_and_skips_frozen_ones():
+    embedding = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = embedding.weight  # tied, as the target embedding and the output projection (paper 3.4)
+    frozen = torch.nn.Linear(4, 4)
+    frozen.requires_grad_(False)
+    model = torch.nn.ModuleList([embedding, head, frozen])
+    assert count_parameters(model) == 40
+    assert math.prod(embedding.weight.shape) == 40

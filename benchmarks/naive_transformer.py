@@ -1,4 +1,4 @@
-"""A naive, tutorial-style Transformer (Vaswani et al., 2017): the speed baseline for scripts/benchmark.py.
+"""A naive, tutorial-style Transformer (Vaswani et al., 2017): the speed baseline for `python -m benchmarks`.
 
 Not used by the package. Written the way tutorials write it (in the spirit of "The Annotated
 Transformer"), with nothing fused or cached:

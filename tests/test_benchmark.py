@@ -1,4 +1,6 @@
-"""scripts/benchmark.py end to end at --size tiny, 1 repeat: the JSON holds positive finite figures."""
+"""The benchmark end to end at --size tiny, 1 repeat: the JSON holds positive finite figures.
+
+`python -m benchmarks` (from the repository root) is the command; `scripts/benchmark.py` hands over to it."""
 
 import json
 import math
@@ -26,7 +28,7 @@ def _positive_finite(x):
 def test_benchmark_tiny_end_to_end(tmp_path):
     out = tmp_path / "results_tiny.json"
     cmd = [
-        sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"),
+        sys.executable, "-m", "benchmarks",
         "--size", "tiny", "--repeats", "1", "--warmup", "0", "--threads", "1",
         "--matmul-seconds", "0.02", "--memory-runs", "1", "--output_json", str(out),
     ]
@@ -39,7 +41,7 @@ def test_benchmark_tiny_end_to_end(tmp_path):
     result = json.loads(out.read_text())
     assert result["size"] == "tiny"
     assert result["settings"]["timing_process"] == "a fresh child process per figure"
-    assert "benchmark.py" in result["command"]
+    assert "-m benchmarks --size tiny" in result["command"]  # the command that reproduces the run
     machine = result["machine"]
     assert machine["threads"] == 1 and machine["torch"] and machine["cpu_model"]
     assert _positive_finite(result["matmul"]["reference_gflops"])
@@ -71,7 +73,8 @@ def test_benchmark_tiny_end_to_end(tmp_path):
 
 
 def test_benchmark_same_process_option(tmp_path):
-    """--same-process times the figures here instead of in fresh children; the figures and split are still there."""
+    """--same-process times the figures here instead of in fresh children; the figures and split are still there.
+    Run through scripts/benchmark.py, which hands over to `python -m benchmarks`."""
     out = tmp_path / "results_tiny_same.json"
     cmd = [
         sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"),
@@ -82,6 +85,7 @@ def test_benchmark_same_process_option(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["settings"]["timing_process"] == "this process"
+    assert "-m benchmarks --size tiny" in result["command"]
     assert set(result["contenders"]) == {"ours-sdpa", "marian"}
     for c in result["contenders"].values():
         assert math.isfinite(c["final_train_loss"])
@@ -89,3 +93,28 @@ def test_benchmark_same_process_option(tmp_path):
             fig = c["figures"][figure]
             assert 0 < fig["model_seconds"]["median"] < fig["seconds"]["median"], figure
     assert _positive_finite(result["ratios"]["beam4_ours_sdpa_over_marian"])
+
+
+def test_benchmark_script_outside_repo_root_names_the_command(tmp_path):
+    """scripts/benchmark.py from another folder: a clear refusal naming `python -m benchmarks`."""
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), "--size", "tiny"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "python -m benchmarks" in proc.stderr and str(REPO_ROOT) in proc.stderr
+
+
+def test_contenders_carry_their_differences():
+    """The registry builds every contender; the figures each kind has decide what is timed and measured.
+    In a child process at the repository root, where `benchmarks` is importable (as under `python -m`)."""
+    code = (
+        "from benchmarks.contenders import ALL_CONTENDERS, SIZES, build, contender_class\n"
+        "assert not contender_class('naive').supports('beam4')\n"
+        "for name in ALL_CONTENDERS:\n"
+        "    c = build(name, SIZES['tiny'], seed=0)\n"
+        "    assert c.name == name and c.params['trainable'] > 0, name\n"
+        "    assert c.splits_generate == (name != 'naive'), name\n"
+        "print('ok', len(ALL_CONTENDERS))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "ok 5"

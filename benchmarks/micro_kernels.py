@@ -1,12 +1,9 @@
 #!/usr/bin/env python
-"""Per-kernel timings behind two choices in modeling_scratch_transformer.py (prints figures, asserts nothing).
+"""Per-kernel timings behind the kernel of kernels_scratch_transformer.py (prints figures, asserts nothing).
 
-1. Linear layers at inference: F.linear (MKL sgemm) against oneDNN's `_linear_pointwise`, for the
-   products of the small benchmark size (decoding step: 64 rows; beam 4: 256 rows; encoder: 1536 rows).
-   `ScratchTransformerLinear` uses oneDNN from `min_onednn_macs` multiply-adds up.
-2. The loss: F.cross_entropy against `SoftmaxCrossEntropy` (gradient written out, computed in place),
-   forward + backward on (1536, 8000) logits; both timings include a copy of the logits (made fresh
-   each time so the backward has a leaf to fill), which is timed alone too.
+Linear layers at inference: F.linear (MKL sgemm) against oneDNN's `_linear_pointwise`, for the
+products of the small benchmark size (decoding step: 64 rows; beam 4: 256 rows; encoder: 1536 rows).
+`ScratchTransformerLinear` uses oneDNN from `min_onednn_macs` multiply-adds up.
 
 Usage: python benchmarks/micro_kernels.py [--threads 2]
 """
@@ -21,11 +18,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scratch_transformer.modeling_scratch_transformer import (  # noqa: E402
-    _ONEDNN_LINEAR,
-    ScratchTransformerLinear,
-    cross_entropy_loss,
-)
+from scratch_transformer.kernels_scratch_transformer import _ONEDNN_LINEAR, ScratchTransformerLinear  # noqa: E402
 
 
 def median_us(fn, calls: int, rounds: int = 7) -> float:
@@ -64,25 +57,6 @@ def main():
             fast = median_us(lambda: onednn(x, w, b, "none", [], ""), calls)
             print(f"| {rows} x {d_in} -> {d_out} | {rows * d_in * d_out:,} | {plain:,.1f} | {fast:,.1f} "
                   f"| {plain / fast:.2f} |")
-
-    logits = torch.randn(1536, 8000)
-    labels = torch.randint(4, 8000, (1536,))
-    labels[:50] = -100
-    labelled = int((labels != -100).sum())
-
-    def reference():
-        x = logits.clone().requires_grad_()
-        (F.cross_entropy(x, labels, ignore_index=-100, reduction="sum") / labelled).backward()
-
-    def ours():
-        x = logits.clone().requires_grad_()
-        cross_entropy_loss(x[None], labels[None], labelled).backward()
-
-    copy = median_us(lambda: logits.clone(), 10) / 1000
-    ref_ms, ours_ms = median_us(reference, 5) / 1000, median_us(ours, 5) / 1000
-    print("\nloss forward + backward on (1536, 8000) logits, 50 rows unlabelled")
-    print(f"F.cross_entropy: {ref_ms:.1f} ms; SoftmaxCrossEntropy: {ours_ms:.1f} ms; "
-          f"of each, the copy of the logits: {copy:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,18 @@
-"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), by hand, as a HF model.
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), by hand, as a Hugging Face model.
 
-Reads in the paper's order: positional encoding (3.5), residual dropout (5.4), the linear
-projections, scaled dot-product attention (3.2.1), multi-head attention (3.2.2), position-wise
-feed-forward (3.3), encoder and decoder layers (3.1), the stacks with their masks, then the loss and
-the Hugging Face classes.
+Reads bottom-up, each piece under the heading of its paper section, before the pieces built from it:
+    3.1    Model Architecture: the overview (figure 1) and where each part is defined
+    3.4    Embeddings and Softmax  +  3.5 Positional Encoding   (the stacks' input)
+    3.2    Attention: 3.2.1 scaled dot-product, 3.2.2 multi-head, 3.2.3 its three uses and their masks
+    3.3    Position-wise Feed-Forward Networks
+    3.1    Sublayer connection: residual, dropout (5.4) and LayerNorm, post-LN or pre-LN, written once
+    3.1    Encoder and Decoder Stacks: the two layers and the two stacks
+    HF     Hugging Face classes: init, loss, the bare model, the model with its LM head, generate()'s hooks
+Speed code (a faster kernel for the linear layers at CPU inference) lives in kernels_scratch_transformer.py.
 
 Notation in shape comments:
     b batch, s source length, t target length (new tokens this call), p cached target length,
-    d d_model, h heads, k head dim (d / h), f d_ff, v vocabulary size.
+    d d_model, h heads, k head dim (d / h), f d_ff, v vocabulary size, n any sequence length.
 """
 
 import math
@@ -15,7 +20,6 @@ import os
 import shutil
 
 import torch
-import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
@@ -29,10 +33,21 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
+from .kernels_scratch_transformer import ScratchTransformerLinear as Linear  # nn.Linear, faster at CPU inference
 
-# --------------------------------------------------------------------------------------
-# Positional encoding (paper 3.5)
-# --------------------------------------------------------------------------------------
+# ======================================================================================
+# 3.1 Model Architecture (overview)
+# ======================================================================================
+# An encoder maps source tokens (b, s) to representations (b, s, d); a decoder, given those and the target
+# prefix (b, t), predicts the next target token at every position, one token at a time when generating.
+# Both stacks are N identical layers of sublayers, each wrapped in a residual connection and LayerNorm.
+# Built below: the input embedding (3.4, 3.5), attention (3.2), the feed-forward network (3.3), the
+# sublayer connection, the layers and stacks (3.1), then the output projection and softmax (HF classes).
+
+
+# ======================================================================================
+# 3.4 Embeddings and Softmax, 3.5 Positional Encoding
+# ======================================================================================
 
 
 def sinusoidal_position_encoding(num_positions: int, d_model: int) -> torch.Tensor:
@@ -73,112 +88,37 @@ class ScratchTransformerPositionalEncoding(nn.Module):
         return self.table[offset : offset + length]
 
 
-# --------------------------------------------------------------------------------------
-# Dropout (paper 5.4: "Residual Dropout")
-# --------------------------------------------------------------------------------------
+class ScratchTransformerEmbedding(nn.Module):
+    """Token embedding times sqrt(d_model) plus positional encoding, then dropout (paper 3.4, 3.5, 5.4).
 
-
-def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Inverted dropout: zero each element with probability p, scale the rest by 1 / (1 - p).
-
-    Same result as `F.dropout` in distribution, at under half its cost on CPU (forward + backward on a
-    (64, 24, 256) activation, one thread: 1.3 ms against 2.9 ms): the keep/drop decisions
-    come from 16-bit slices of 64-bit random integers (one generator draw per 4 elements instead
-    of one float per element), so p is honoured to within 2^-16. Seeded by torch's generator.
+    The embedding matrix is passed in: the stacks may share one (joint vocabulary), and the decoder's is
+    tied to the output projection before the softmax (paper 3.4; see the HF classes).
     """
-    if not training or p == 0.0:
-        return x
-    if x.device.type != "cpu":
-        return F.dropout(x, p, training=True)
-    n = x.numel()
-    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
-    bits = bits.view(torch.int16)[:n].view(x.shape)  # uniform over [-2^15, 2^15)
-    keep = bits >= round(p * 65536) - 32768
-    scale = 1.0 / (1.0 - p)
-    if x.dtype == torch.float32:
-        # a 0 / scale mask gives the same values as the select below and a cheaper backward (one
-        # product instead of a zero fill plus a select); in bf16/fp16 the mask would round the scale
-        return x * keep.to(x.dtype).mul_(scale)
-    return torch.where(keep, x * scale, 0.0)
 
-
-class ScratchTransformerDropout(nn.Module):
-    """Module wrapper of `dropout` (so `model.eval()` switches it off)."""
-
-    def __init__(self, p: float):
+    def __init__(self, config: ScratchTransformerConfig, embed_tokens: nn.Embedding):
         super().__init__()
-        self.p = p
+        self.embed_tokens = embed_tokens
+        self.embed_positions = ScratchTransformerPositionalEncoding(config)
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.vocab_size = config.vocab_size
+        self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return dropout(x, self.p, self.training)
-
-
-# --------------------------------------------------------------------------------------
-# Linear projections (every W of the paper: W^Q, W^K, W^V, W^O, W_1, W_2, the output projection)
-# --------------------------------------------------------------------------------------
-
-
-def _onednn_linear_available() -> bool:
-    try:
-        return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._linear_pointwise.default is not None
-    except (AttributeError, RuntimeError):
-        return False
-
-
-_ONEDNN_LINEAR = _onednn_linear_available()
+    def forward(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """input_ids (b, n) at positions offset.. -> (b, n, d). Raises ValueError for ids outside [0, vocab_size)."""
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
+            raise ValueError(
+                f"token ids must be in [0, vocab_size={self.vocab_size}), got range "
+                f"[{int(input_ids.min())}, {int(input_ids.max())}] (labels use -100 only in `labels`)"
+            )
+        embeddings = self.embed_tokens(input_ids) * self.scale  # (b, n) -> (b, n, d)
+        return self.dropout(embeddings + self.embed_positions(input_ids.size(1), offset).to(embeddings.dtype))
 
 
-def _plain_cpu_inference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """True when nothing needs nn.Linear's own op: no autograd (backward, forward-mode AD, torch.func
-    transforms), no tracing/compiling/export (they should record aten.linear), no autocast, oneDNN enabled,
-    fp32 CPU tensors and a packed bias (the oneDNN op reads the bias as contiguous)."""
-    return (
-        _ONEDNN_LINEAR
-        and not torch.is_grad_enabled()
-        and x.device.type == "cpu"
-        and x.dtype == torch.float32
-        and weight.dtype == torch.float32
-        and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))
-        and not torch.is_autocast_enabled("cpu")
-        and torch.backends.mkldnn.enabled
-        and forward_ad._current_level < 0
-        and not torch._C._are_functorch_transforms_active()
-        and not torch.jit.is_tracing()
-        and not torch.compiler.is_compiling()
-    )
+# ======================================================================================
+# 3.2 Attention
+# ======================================================================================
 
-
-class ScratchTransformerLinear(nn.Linear):
-    """y = x W^T + b: nn.Linear, with its parameters, init and state-dict names, and a faster inference kernel.
-
-    Shapes: x (..., in_features) -> (..., out_features). At plain inference on CPU (autograd off, fp32,
-    no autocast; see `_plain_cpu_inference`), products of at least `min_onednn_macs` multiply-adds
-    (rows x in_features x out_features) run through oneDNN's linear kernel
-    (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile picks for CPU linears) instead of
-    nn.Linear's MKL sgemm: for the 64-row inputs of decoding on 2 cores it is 1.3-1.6x faster (output
-    projection 256 -> 8000: 2.6 -> 1.6 ms; 256 -> 1024: 263 -> 200 us; `benchmarks/micro_kernels.py`
-    prints these, `scripts/benchmark.py` the end-to-end effect). Same values up to float rounding
-    (summation order; about 1e-6 relative).
-    Everything else (training, torch.func / forward AD, tracing and export, other dtypes and devices,
-    builds without oneDNN, `torch.backends.mkldnn.flags(enabled=False)`) uses F.linear.
-    torch.ao's `quantize_dynamic` matches exact types and leaves these layers in fp32: turn them into
-    plain nn.Linear first (`module.__class__ = nn.Linear` for each; same attributes), then quantize.
-    """
-
-    # oneDNN has a fixed cost of up to ~11 us more per call than F.linear: they break even near 2^22
-    # multiply-adds and oneDNN wins from 2^24 (benchmarks/micro_kernels.py, 2 threads: 4 x 32 x 64: 15
-    # against 5 us; 64 x 256 x 256: 63 against 62 us; 64 x 256 x 1024: 200 against 263 us)
-    min_onednn_macs = 2**23
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() * self.out_features >= self.min_onednn_macs and _plain_cpu_inference(x, self.weight, self.bias):
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-        return F.linear(x, self.weight, self.bias)
-
-
-# --------------------------------------------------------------------------------------
-# Attention (paper 3.2)
-# --------------------------------------------------------------------------------------
+# -------- 3.2.1 Scaled Dot-Product Attention
 
 
 def eager_attention(query, key, value, attention_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
@@ -201,22 +141,22 @@ def eager_attention(query, key, value, attention_mask=None, dropout_p: float = 0
     if attention_mask is not None:
         scores = scores + attention_mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    weights = dropout(weights, dropout_p, training=dropout_p > 0)
+    if dropout_p > 0:
+        weights = F.dropout(weights, dropout_p)
     return torch.matmul(weights, value), weights
 
 
 def sdpa_attention(query, key, value, attention_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
-    """The same computation through PyTorch's fused `F.scaled_dot_product_attention` (no weights returned).
-
-    With attention dropout in training the eager path is used (its dropout is the cheaper one above).
-    """
-    if dropout_p > 0:
-        return eager_attention(query, key, value, attention_mask, dropout_p, is_causal)
-    output = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, is_causal=is_causal)
+    """The same computation through PyTorch's fused `F.scaled_dot_product_attention` (no weights returned)."""
+    output = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout_p, is_causal=is_causal
+    )
     return output, None
 
 
 ATTENTION_FUNCTIONS = {"eager": eager_attention, "sdpa": sdpa_attention}
+
+# -------- 3.2.2 Multi-Head Attention
 
 
 class ScratchTransformerAttention(nn.Module):
@@ -234,10 +174,10 @@ class ScratchTransformerAttention(nn.Module):
         self.head_dim = config.d_model // config.num_heads
         self.attention_dropout = config.attention_dropout
         self.layer_idx = layer_idx
-        self.q_proj = ScratchTransformerLinear(config.d_model, config.d_model)
-        self.k_proj = ScratchTransformerLinear(config.d_model, config.d_model)
-        self.v_proj = ScratchTransformerLinear(config.d_model, config.d_model)
-        self.out_proj = ScratchTransformerLinear(config.d_model, config.d_model)
+        self.q_proj = Linear(config.d_model, config.d_model)  # W^Q of all heads side by side
+        self.k_proj = Linear(config.d_model, config.d_model)  # W^K
+        self.v_proj = Linear(config.d_model, config.d_model)  # W^V
+        self.out_proj = Linear(config.d_model, config.d_model)  # W^O
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
@@ -257,9 +197,9 @@ class ScratchTransformerAttention(nn.Module):
             hidden_states: queries' source, (b, t, d).
             key_value_states: encoder output (b, s, d) for cross-attention; None for self-attention.
             attention_mask: additive mask broadcastable to (b, h, t, keys).
-            is_causal: apply the causal mask implicitly (self-attention over a whole, unpadded prefix).
             cache: the decoder's EncoderDecoderCache, or None (encoder, or no caching).
             output_attentions: also return the weights (forces the eager path).
+            is_causal: apply the causal mask implicitly (self-attention over a whole, unpadded prefix).
         Returns:
             (output (b, t, d), weights (b, h, t, keys) or None).
         """
@@ -289,130 +229,9 @@ class ScratchTransformerAttention(nn.Module):
         return self.out_proj(output), weights
 
 
-# --------------------------------------------------------------------------------------
-# Position-wise feed-forward network (paper 3.3)
-# --------------------------------------------------------------------------------------
-
-
-class ScratchTransformerFeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike (paper eq. 2)."""
-
-    def __init__(self, config: ScratchTransformerConfig):
-        super().__init__()
-        self.fc1 = ScratchTransformerLinear(config.d_model, config.d_ff)
-        self.fc2 = ScratchTransformerLinear(config.d_ff, config.d_model)
-        self.activation = F.relu if config.activation_function == "relu" else F.gelu
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """(b, n, d) -> (b, n, f) -> (b, n, d)."""
-        return self.fc2(self.activation(self.fc1(hidden_states)))
-
-
-# --------------------------------------------------------------------------------------
-# Encoder and decoder layers (paper 3.1)
-# --------------------------------------------------------------------------------------
-
-
-class ScratchTransformerEncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each wrapped as LayerNorm(x + Dropout(Sublayer(x))) (paper 3.1, 5.4).
-
-    With `pre_layer_norm` the wrapping is x + Dropout(Sublayer(LayerNorm(x))).
-    """
-
-    def __init__(self, config: ScratchTransformerConfig):
-        super().__init__()
-        self.pre_layer_norm = config.pre_layer_norm
-        self.self_attn = ScratchTransformerAttention(config)
-        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.ffn = ScratchTransformerFeedForward(config)
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = ScratchTransformerDropout(config.dropout)
-
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        """hidden_states (b, s, d), attention_mask (b, 1, 1, s) additive -> ((b, s, d), weights or None)."""
-        residual = hidden_states
-        if self.pre_layer_norm:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, weights = self.self_attn(
-            hidden_states, attention_mask=attention_mask, output_attentions=output_attentions
-        )
-        hidden_states = residual + self.dropout(hidden_states)
-        if not self.pre_layer_norm:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.pre_layer_norm:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = residual + self.dropout(self.ffn(hidden_states))
-        if not self.pre_layer_norm:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states, weights
-
-
-class ScratchTransformerDecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, feed-forward; each with residual + LayerNorm (paper 3.1)."""
-
-    def __init__(self, config: ScratchTransformerConfig, layer_idx: int):
-        super().__init__()
-        self.pre_layer_norm = config.pre_layer_norm
-        self.self_attn = ScratchTransformerAttention(config, layer_idx=layer_idx)
-        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.encoder_attn = ScratchTransformerAttention(config, layer_idx=layer_idx)
-        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.ffn = ScratchTransformerFeedForward(config)
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = ScratchTransformerDropout(config.dropout)
-
-    def forward(
-        self,
-        hidden_states,
-        encoder_hidden_states,
-        self_attention_mask=None,
-        cross_attention_mask=None,
-        cache=None,
-        output_attentions=False,
-        is_causal=False,
-    ):
-        """hidden_states (b, t, d), encoder_hidden_states (b, s, d), masks additive (b, 1, t, p + t) and
-        (b, 1, 1, s) -> ((b, t, d), self-attention weights, cross-attention weights).
-        is_causal: the self-attention mask is the plain causal triangle, applied by the kernel."""
-        residual = hidden_states
-        if self.pre_layer_norm:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, self_weights = self.self_attn(
-            hidden_states, attention_mask=self_attention_mask, cache=cache, output_attentions=output_attentions,
-            is_causal=is_causal,
-        )
-        hidden_states = residual + self.dropout(hidden_states)
-        if not self.pre_layer_norm:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.pre_layer_norm:
-            hidden_states = self.encoder_attn_layer_norm(hidden_states)
-        hidden_states, cross_weights = self.encoder_attn(
-            hidden_states,
-            key_value_states=encoder_hidden_states,
-            attention_mask=cross_attention_mask,
-            cache=cache,
-            output_attentions=output_attentions,
-        )
-        hidden_states = residual + self.dropout(hidden_states)
-        if not self.pre_layer_norm:
-            hidden_states = self.encoder_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.pre_layer_norm:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = residual + self.dropout(self.ffn(hidden_states))
-        if not self.pre_layer_norm:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states, self_weights, cross_weights
-
-
-# --------------------------------------------------------------------------------------
-# Masks (built once per stack, passed down ready-made)
-# --------------------------------------------------------------------------------------
+# -------- 3.2.3 Applications of Attention in our Model: the masks
+# Encoder self-attention and encoder-decoder attention mask source padding; decoder self-attention also masks
+# the future (query i sees keys <= i). Masks are additive (0 or the dtype's minimum), built once per stack.
 
 
 def padding_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -443,31 +262,144 @@ def causal_mask(length: int, past_length: int, dtype: torch.dtype, device) -> to
     return mask[None, None]  # (t, p + t) -> (1, 1, t, p + t)
 
 
-# --------------------------------------------------------------------------------------
-# Stacks (paper 3.1, 3.4)
-# --------------------------------------------------------------------------------------
+def decoder_self_attention_mask(
+    attention_mask: torch.Tensor | None, length: int, past_length: int, dtype: torch.dtype, device
+) -> tuple[torch.Tensor | None, bool]:
+    """The decoder's self-attention mask: causal, plus target padding when given (paper 3.2.3).
+
+    Args:
+        attention_mask: target padding (b, p + t) or only the new tokens' (b, t), 1 = token; or None.
+        length: t, new target tokens this call; past_length: p, tokens already in the cache.
+    Returns:
+        (additive mask (b or 1, 1, t, p + t) or None, is_causal). Without target padding, a whole prefix needs
+        only the causal triangle, which the kernel applies itself (is_causal=True), and one new token over the
+        cache may see every key (no mask at all).
+    """
+    if attention_mask is not None:
+        if attention_mask.size(1) == length and past_length:  # only the new tokens' mask was given
+            attention_mask = F.pad(attention_mask, (past_length, 0), value=1)
+        mask = causal_mask(length, past_length, dtype, device) + padding_mask(attention_mask, dtype)
+        return mask.clamp(min=torch.finfo(dtype).min), False  # (b, 1, t, p + t)
+    if past_length == 0:
+        return None, length > 1
+    if length > 1:
+        return causal_mask(length, past_length, dtype, device), False  # (1, 1, t, p + t)
+    return None, False
 
 
-class ScratchTransformerEmbedding(nn.Module):
-    """Token embedding times sqrt(d_model) plus positional encoding, then dropout (paper 3.4, 3.5, 5.4)."""
+# ======================================================================================
+# 3.3 Position-wise Feed-Forward Networks
+# ======================================================================================
 
-    def __init__(self, config: ScratchTransformerConfig, embed_tokens: nn.Embedding):
+
+class ScratchTransformerFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike (paper eq. 2)."""
+
+    def __init__(self, config: ScratchTransformerConfig):
         super().__init__()
-        self.embed_tokens = embed_tokens
-        self.embed_positions = ScratchTransformerPositionalEncoding(config)
-        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.vocab_size = config.vocab_size
-        self.dropout = ScratchTransformerDropout(config.dropout)
+        self.fc1 = Linear(config.d_model, config.d_ff)
+        self.fc2 = Linear(config.d_ff, config.d_model)
+        self.activation = F.relu if config.activation_function == "relu" else F.gelu
 
-    def forward(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """input_ids (b, n) -> (b, n, d). Raises ValueError for ids outside [0, vocab_size)."""
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
-            raise ValueError(
-                f"token ids must be in [0, vocab_size={self.vocab_size}), got range "
-                f"[{int(input_ids.min())}, {int(input_ids.max())}] (labels use -100 only in `labels`)"
-            )
-        embeddings = self.embed_tokens(input_ids) * self.scale  # (b, n) -> (b, n, d)
-        return self.dropout(embeddings + self.embed_positions(input_ids.size(1), offset).to(embeddings.dtype))
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """(b, n, d) -> (b, n, f) -> (b, n, d)."""
+        return self.fc2(self.activation(self.fc1(hidden_states)))
+
+
+# ======================================================================================
+# 3.1 Sublayer connection (with 5.4 Residual Dropout)
+# ======================================================================================
+
+
+class ScratchTransformerLayer(nn.Module):
+    """What the encoder and decoder layers share: the sublayer connection around each of their sublayers."""
+
+    def __init__(self, config: ScratchTransformerConfig):
+        super().__init__()
+        self.pre_layer_norm = config.pre_layer_norm
+        self.dropout = nn.Dropout(config.dropout)
+
+    def sublayer(self, hidden_states: torch.Tensor, sublayer, layer_norm: nn.LayerNorm):
+        """LayerNorm(x + Dropout(Sublayer(x))) (paper 3.1, 5.4); pre-LN: x + Dropout(Sublayer(LayerNorm(x))).
+
+        Args:
+            hidden_states: x, (b, n, d).
+            sublayer: maps (b, n, d) to (b, n, d), or to ((b, n, d), attention weights).
+            layer_norm: this sublayer's LayerNorm (the layer owns it, under its usual name).
+        Returns:
+            (the wrapped output (b, n, d), the sublayer's attention weights or None).
+        """
+        output = sublayer(layer_norm(hidden_states) if self.pre_layer_norm else hidden_states)
+        output, weights = output if isinstance(output, tuple) else (output, None)
+        hidden_states = hidden_states + self.dropout(output)
+        return (hidden_states if self.pre_layer_norm else layer_norm(hidden_states)), weights
+
+
+# ======================================================================================
+# 3.1 Encoder and Decoder Stacks
+# ======================================================================================
+
+
+class ScratchTransformerEncoderLayer(ScratchTransformerLayer):
+    """Self-attention, then feed-forward, each in a sublayer connection (paper 3.1)."""
+
+    def __init__(self, config: ScratchTransformerConfig):
+        super().__init__(config)
+        self.self_attn = ScratchTransformerAttention(config)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = ScratchTransformerFeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        """hidden_states (b, s, d), attention_mask (b, 1, 1, s) additive -> ((b, s, d), weights or None)."""
+        hidden_states, weights = self.sublayer(
+            hidden_states,
+            lambda x: self.self_attn(x, attention_mask=attention_mask, output_attentions=output_attentions),
+            self.self_attn_layer_norm,
+        )
+        hidden_states, _ = self.sublayer(hidden_states, self.ffn, self.final_layer_norm)
+        return hidden_states, weights
+
+
+class ScratchTransformerDecoderLayer(ScratchTransformerLayer):
+    """Masked self-attention, encoder-decoder attention, feed-forward, each in a sublayer connection (paper 3.1)."""
+
+    def __init__(self, config: ScratchTransformerConfig, layer_idx: int):
+        super().__init__(config)
+        self.self_attn = ScratchTransformerAttention(config, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = ScratchTransformerAttention(config, layer_idx=layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = ScratchTransformerFeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states,
+        encoder_hidden_states,
+        self_attention_mask=None,
+        cross_attention_mask=None,
+        cache=None,
+        output_attentions=False,
+        is_causal=False,
+    ):
+        """hidden_states (b, t, d), encoder_hidden_states (b, s, d), masks additive (b, 1, t, p + t) and
+        (b, 1, 1, s) -> ((b, t, d), self-attention weights, cross-attention weights).
+        is_causal: the self-attention mask is the plain causal triangle, applied by the kernel."""
+        hidden_states, self_weights = self.sublayer(
+            hidden_states,
+            lambda x: self.self_attn(x, attention_mask=self_attention_mask, cache=cache,
+                                     output_attentions=output_attentions, is_causal=is_causal),
+            self.self_attn_layer_norm,
+        )
+        hidden_states, cross_weights = self.sublayer(
+            hidden_states,
+            lambda x: self.encoder_attn(x, key_value_states=encoder_hidden_states, attention_mask=cross_attention_mask,
+                                        cache=cache, output_attentions=output_attentions),
+            self.encoder_attn_layer_norm,
+        )
+        hidden_states, _ = self.sublayer(hidden_states, self.ffn, self.final_layer_norm)
+        return hidden_states, self_weights, cross_weights
 
 
 class ScratchTransformerEncoder(nn.Module):
@@ -560,22 +492,11 @@ class ScratchTransformerDecoder(nn.Module):
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = cache.get_seq_length() if cache is not None else 0
-        t = input_ids.size(1)
         hidden_states = self.embed(input_ids, offset=past_length)  # (b, t, d)
         dtype = hidden_states.dtype
-
-        # Self-attention mask (paper 3.2.3). Without target padding, a whole prefix needs only the
-        # causal triangle (the kernel applies it: is_causal) and one new token over the cache needs none.
-        self_mask, is_causal = None, False
-        if attention_mask is not None:
-            if attention_mask.size(1) == t and past_length:  # only the new tokens' mask was given
-                attention_mask = F.pad(attention_mask, (past_length, 0), value=1)
-            self_mask = causal_mask(t, past_length, dtype, hidden_states.device) + padding_mask(attention_mask, dtype)
-            self_mask = self_mask.clamp(min=torch.finfo(dtype).min)  # (b, 1, t, p + t)
-        elif past_length == 0:
-            is_causal = t > 1
-        elif t > 1:
-            self_mask = causal_mask(t, past_length, dtype, hidden_states.device)  # (1, 1, t, p + t)
+        self_mask, is_causal = decoder_self_attention_mask(
+            attention_mask, input_ids.size(1), past_length, dtype, hidden_states.device
+        )
         cross_mask = padding_mask(encoder_attention_mask, dtype) if encoder_attention_mask is not None else None
 
         all_hidden, all_self, all_cross = [], [], []
@@ -601,65 +522,13 @@ class ScratchTransformerDecoder(nn.Module):
         )
 
 
-# --------------------------------------------------------------------------------------
-# Hugging Face classes
-# --------------------------------------------------------------------------------------
+# ======================================================================================
+# Hugging Face classes (the output projection and softmax of paper 3.4 are in the LM head model)
+# ======================================================================================
 
 
 # The translation pipeline travels with saved checkpoints (config `custom_pipelines`) when it is beside this file.
 _PIPELINE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipeline_scratch_transformer.py")
-
-
-class SoftmaxCrossEntropy(torch.autograd.Function):
-    """Summed cross-entropy of logits against labels, with the gradient written out: softmax - one-hot.
-
-    forward(logits (n, v) float, labels (n,) in [0, v) or -100, normaliser > 0) -> scalar
-        sum over labelled rows of -log softmax(logits)[label], divided by normaliser.
-    backward: d loss / d logits = (softmax(logits) - one_hot(label)) / normaliser on labelled rows,
-        0 on rows labelled -100.
-
-    Same values and gradients as `F.cross_entropy(..., reduction="sum") / normaliser` up to float
-    rounding, at two thirds of its cost on CPU: the backward turns the saved
-    log-probabilities into the gradient in place instead of filling a fresh (n, v) zero tensor for the
-    one-hot and allocating another for the result (fwd + bwd on 1536 x 8000 logits, 2 threads: 43 ms
-    against 62 ms, `benchmarks/micro_kernels.py`).
-    Because the saved buffer becomes the gradient, it supports one first-order backward per forward,
-    which is what training does. Raises RuntimeError for a second backward through the same graph
-    (retain_graph) and for second-order gradients (create_graph): compute
-    `F.cross_entropy(outputs.logits, labels)` yourself for those.
-    """
-
-    @staticmethod
-    def forward(ctx, logits, labels, normaliser):
-        log_probs = torch.log_softmax(logits, dim=-1)  # (n, v)
-        labelled = labels != -100  # (n,)
-        targets = labels.masked_fill(~labelled, 0)[:, None]  # (n, 1); -100 rows pick column 0, then get 0
-        nll = -log_probs.gather(1, targets).squeeze(1)  # (n,)
-        ctx.save_for_backward(log_probs, targets, labelled)
-        ctx.normaliser = normaliser
-        # where, not a product with the mask: an inf/NaN logit in an unlabelled row must not reach the sum
-        return torch.where(labelled, nll, 0.0).sum() / normaliser
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        if torch.is_grad_enabled():
-            raise RuntimeError(
-                "the model's loss does not support second-order gradients (create_graph=True); "
-                "use F.cross_entropy on outputs.logits"
-            )
-        if getattr(ctx, "consumed", False):
-            raise RuntimeError(
-                "backward through the model's loss twice (retain_graph=True) is not supported: its backward "
-                "reuses the saved log-probabilities in place; use F.cross_entropy on outputs.logits"
-            )
-        ctx.consumed = True
-        log_probs, targets, labelled = ctx.saved_tensors
-        row_scale = (grad_loss / ctx.normaliser * labelled.to(log_probs.dtype))[:, None]  # (n, 1)
-        grad = log_probs.exp_().mul_(row_scale)  # softmax, scaled; reuses the saved buffer
-        grad.scatter_add_(1, targets, -row_scale)  # minus the one-hot
-        if not labelled.all():
-            grad[~labelled] = 0.0  # exactly 0 even where a logit of an unlabelled row is inf or NaN
-        return grad, None, None
 
 
 def cross_entropy_loss(
@@ -667,10 +536,10 @@ def cross_entropy_loss(
 ) -> torch.Tensor:
     """Cross-entropy in nats per labelled token: logits (b, t, v), labels (b, t) with -100 = no loss.
 
-    Normalised by `num_items_in_batch` when given (Trainer: labelled tokens in the whole accumulated
-    batch), else by this batch's labelled tokens; with no labelled token at all the loss is 0 with zero
-    gradients, not NaN. Computed in float32 for bf16/fp16 logits, in the logits' dtype otherwise.
-    One backward per forward (see SoftmaxCrossEntropy).
+    The sum over labelled tokens (F.cross_entropy, ignore_index=-100), divided by `num_items_in_batch` when
+    given (Trainer: labelled tokens in the whole accumulated batch), else by this batch's labelled tokens;
+    with no labelled token at all the loss is 0 with zero gradients, not NaN. Computed in float32 for
+    bf16/fp16 logits. (With label smoothing, Trainer computes the loss itself from the logits.)
     Raises ValueError when labels do not have the logits' leading shape, or hold ids outside [0, v)
     other than -100.
     """
@@ -680,23 +549,21 @@ def cross_entropy_loss(
             f"labels must have shape {tuple(logits.shape[:-1])} (the logits' without the vocabulary), "
             f"got {tuple(labels.shape)}"
         )
-    flat_labels = labels.reshape(-1)  # (b, t) -> (b * t,)
-    labelled = flat_labels != -100
-    if labelled.any() and (flat_labels[labelled].min() < 0 or flat_labels[labelled].max() >= vocab_size):
+    labelled = labels != -100
+    if labelled.any() and (labels[labelled].min() < 0 or labels[labelled].max() >= vocab_size):
         raise ValueError(
             f"labels must be in [0, vocab_size={vocab_size}) or -100, got range "
-            f"[{int(flat_labels[labelled].min())}, {int(flat_labels[labelled].max())}]"
+            f"[{int(labels[labelled].min())}, {int(labels[labelled].max())}]"
         )
-    if num_items_in_batch is None:
-        normaliser = labelled.sum().clamp(min=1)
-    elif isinstance(num_items_in_batch, torch.Tensor):
-        normaliser = num_items_in_batch.clamp(min=1)  # Trainer passes 0 when no micro-batch has a label
-    else:
-        normaliser = max(num_items_in_batch, 1)
     flat_logits = logits.reshape(-1, vocab_size)  # (b, t, v) -> (b * t, v)
     if flat_logits.dtype in (torch.float16, torch.bfloat16):
         flat_logits = flat_logits.float()
-    return SoftmaxCrossEntropy.apply(flat_logits, flat_labels.long(), normaliser)
+    total = F.cross_entropy(flat_logits, labels.reshape(-1).long(), ignore_index=-100, reduction="sum")
+    if num_items_in_batch is None:
+        return total / labelled.sum().clamp(min=1)
+    if isinstance(num_items_in_batch, torch.Tensor):
+        return total / num_items_in_batch.clamp(min=1)  # Trainer passes 0 when no micro-batch has a label
+    return total / max(num_items_in_batch, 1)
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -870,7 +737,7 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
     def __init__(self, config: ScratchTransformerConfig):
         super().__init__(config)
         self.model = ScratchTransformerModel(config)
-        self.lm_head = ScratchTransformerLinear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)  # tied: see _tied_weights_keys
         if config.share_encoder_decoder_embeddings:
             self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
         self.post_init()
@@ -906,8 +773,6 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
                 they are shifted right behind `decoder_start_token_id` to make it (teacher forcing).
             num_items_in_batch: labelled tokens in the whole (accumulated, all-process) batch, passed by
                 Trainer; the loss is then sum / num_items_in_batch instead of the mean over this batch.
-                The loss (`cross_entropy_loss`) supports one first-order backward per forward; for
-                retain_graph or create_graph use F.cross_entropy on the returned logits.
             (other arguments as in ScratchTransformerModel.forward)
         Returns:
             Seq2SeqLMOutput: logits (b, t, v), loss (cross-entropy over labels != -100, in nats per

@@ -35,9 +35,7 @@ from transformers.modeling_outputs import (
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .kernels_scratch_transformer import ScratchTransformerLinear as Linear  # nn.Linear, faster at CPU inference
 
-# ======================================================================================
-# 3.1 Model Architecture (overview)
-# ======================================================================================
+# ======== 3.1 Model Architecture (overview) ========================================================
 # An encoder maps source tokens (b, s) to representations (b, s, d); a decoder, given those and the target
 # prefix (b, t), predicts the next target token at every position, one token at a time when generating.
 # Both stacks are N identical layers of sublayers, each wrapped in a residual connection and LayerNorm.
@@ -45,9 +43,7 @@ from .kernels_scratch_transformer import ScratchTransformerLinear as Linear  # n
 # sublayer connection, the layers and stacks (3.1), then the output projection and softmax (HF classes).
 
 
-# ======================================================================================
-# 3.4 Embeddings and Softmax, 3.5 Positional Encoding
-# ======================================================================================
+# ======== 3.4 Embeddings and Softmax, 3.5 Positional Encoding ======================================
 
 
 def sinusoidal_position_encoding(num_positions: int, d_model: int) -> torch.Tensor:
@@ -114,9 +110,7 @@ class ScratchTransformerEmbedding(nn.Module):
         return self.dropout(embeddings + self.embed_positions(input_ids.size(1), offset).to(embeddings.dtype))
 
 
-# ======================================================================================
-# 3.2 Attention
-# ======================================================================================
+# ======== 3.2 Attention ============================================================================
 
 # -------- 3.2.1 Scaled Dot-Product Attention
 
@@ -184,13 +178,9 @@ class ScratchTransformerAttention(nn.Module):
         return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, n, d) -> (b, h, n, k)
 
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        key_value_states: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        cache: EncoderDecoderCache | None = None,
-        output_attentions: bool = False,
-        is_causal: bool = False,
+        self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None, cache: EncoderDecoderCache | None = None,
+        output_attentions: bool = False, is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """
         Args:
@@ -287,9 +277,7 @@ def decoder_self_attention_mask(
     return None, False
 
 
-# ======================================================================================
-# 3.3 Position-wise Feed-Forward Networks
-# ======================================================================================
+# ======== 3.3 Position-wise Feed-Forward Networks ==================================================
 
 
 class ScratchTransformerFeedForward(nn.Module):
@@ -306,9 +294,7 @@ class ScratchTransformerFeedForward(nn.Module):
         return self.fc2(self.activation(self.fc1(hidden_states)))
 
 
-# ======================================================================================
-# 3.1 Sublayer connection (with 5.4 Residual Dropout)
-# ======================================================================================
+# ======== 3.1 Sublayer connection (with 5.4 Residual Dropout) ======================================
 
 
 class ScratchTransformerLayer(nn.Module):
@@ -319,25 +305,23 @@ class ScratchTransformerLayer(nn.Module):
         self.pre_layer_norm = config.pre_layer_norm
         self.dropout = nn.Dropout(config.dropout)
 
-    def sublayer(self, hidden_states: torch.Tensor, sublayer, layer_norm: nn.LayerNorm):
+    def sublayer(self, hidden_states: torch.Tensor, layer_norm: nn.LayerNorm, sublayer: nn.Module, **kwargs):
         """LayerNorm(x + Dropout(Sublayer(x))) (paper 3.1, 5.4); pre-LN: x + Dropout(Sublayer(LayerNorm(x))).
 
         Args:
             hidden_states: x, (b, n, d).
-            sublayer: maps (b, n, d) to (b, n, d), or to ((b, n, d), attention weights).
             layer_norm: this sublayer's LayerNorm (the layer owns it, under its usual name).
+            sublayer: attention or feed-forward, called with kwargs; returns (b, n, d) or ((b, n, d), weights).
         Returns:
             (the wrapped output (b, n, d), the sublayer's attention weights or None).
         """
-        output = sublayer(layer_norm(hidden_states) if self.pre_layer_norm else hidden_states)
+        output = sublayer(layer_norm(hidden_states) if self.pre_layer_norm else hidden_states, **kwargs)
         output, weights = output if isinstance(output, tuple) else (output, None)
         hidden_states = hidden_states + self.dropout(output)
         return (hidden_states if self.pre_layer_norm else layer_norm(hidden_states)), weights
 
 
-# ======================================================================================
-# 3.1 Encoder and Decoder Stacks
-# ======================================================================================
+# ======== 3.1 Encoder and Decoder Stacks ===========================================================
 
 
 class ScratchTransformerEncoderLayer(ScratchTransformerLayer):
@@ -352,12 +336,9 @@ class ScratchTransformerEncoderLayer(ScratchTransformerLayer):
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False):
         """hidden_states (b, s, d), attention_mask (b, 1, 1, s) additive -> ((b, s, d), weights or None)."""
-        hidden_states, weights = self.sublayer(
-            hidden_states,
-            lambda x: self.self_attn(x, attention_mask=attention_mask, output_attentions=output_attentions),
-            self.self_attn_layer_norm,
-        )
-        hidden_states, _ = self.sublayer(hidden_states, self.ffn, self.final_layer_norm)
+        hidden_states, weights = self.sublayer(hidden_states, self.self_attn_layer_norm, self.self_attn,
+                                               attention_mask=attention_mask, output_attentions=output_attentions)
+        hidden_states, _ = self.sublayer(hidden_states, self.final_layer_norm, self.ffn)
         return hidden_states, weights
 
 
@@ -373,56 +354,48 @@ class ScratchTransformerDecoderLayer(ScratchTransformerLayer):
         self.ffn = ScratchTransformerFeedForward(config)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(
-        self,
-        hidden_states,
-        encoder_hidden_states,
-        self_attention_mask=None,
-        cross_attention_mask=None,
-        cache=None,
-        output_attentions=False,
-        is_causal=False,
-    ):
+    def forward(self, hidden_states, encoder_hidden_states, self_attention_mask=None, cross_attention_mask=None,
+                cache=None, output_attentions=False, is_causal=False):
         """hidden_states (b, t, d), encoder_hidden_states (b, s, d), masks additive (b, 1, t, p + t) and
         (b, 1, 1, s) -> ((b, t, d), self-attention weights, cross-attention weights).
         is_causal: the self-attention mask is the plain causal triangle, applied by the kernel."""
         hidden_states, self_weights = self.sublayer(
-            hidden_states,
-            lambda x: self.self_attn(x, attention_mask=self_attention_mask, cache=cache,
-                                     output_attentions=output_attentions, is_causal=is_causal),
-            self.self_attn_layer_norm,
+            hidden_states, self.self_attn_layer_norm, self.self_attn, attention_mask=self_attention_mask,
+            cache=cache, output_attentions=output_attentions, is_causal=is_causal,
         )
         hidden_states, cross_weights = self.sublayer(
-            hidden_states,
-            lambda x: self.encoder_attn(x, key_value_states=encoder_hidden_states, attention_mask=cross_attention_mask,
-                                        cache=cache, output_attentions=output_attentions),
-            self.encoder_attn_layer_norm,
+            hidden_states, self.encoder_attn_layer_norm, self.encoder_attn, key_value_states=encoder_hidden_states,
+            attention_mask=cross_attention_mask, cache=cache, output_attentions=output_attentions,
         )
-        hidden_states, _ = self.sublayer(hidden_states, self.ffn, self.final_layer_norm)
+        hidden_states, _ = self.sublayer(hidden_states, self.final_layer_norm, self.ffn)
         return hidden_states, self_weights, cross_weights
 
 
-class ScratchTransformerEncoder(nn.Module):
-    """N identical encoder layers over embedded source tokens (paper 3.1)."""
+class ScratchTransformerStack(nn.Module):
+    """What both stacks share: the input embedding, N layers, and pre-LN's final LayerNorm (paper 3.1)."""
 
-    def __init__(self, config: ScratchTransformerConfig, embed_tokens: nn.Embedding):
+    def __init__(self, config: ScratchTransformerConfig, embed_tokens: nn.Embedding, layers: list[nn.Module]):
         super().__init__()
+        self.config = config
         self.embed = ScratchTransformerEmbedding(config, embed_tokens)
-        self.layers = nn.ModuleList([ScratchTransformerEncoderLayer(config) for _ in range(config.encoder_layers)])
+        self.layers = nn.ModuleList(layers)
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.pre_layer_norm else None
 
     @property
     def embed_tokens(self) -> nn.Embedding:
         return self.embed.embed_tokens
 
+
+class ScratchTransformerEncoder(ScratchTransformerStack):
+    """N identical encoder layers over embedded source tokens (paper 3.1)."""
+
+    def __init__(self, config: ScratchTransformerConfig, embed_tokens: nn.Embedding):
+        layers = [ScratchTransformerEncoderLayer(config) for _ in range(config.encoder_layers)]
+        super().__init__(config, embed_tokens, layers)
+
     def forward(
-        self,
-        input_ids: torch.LongTensor,
-        attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        return_dict: bool = True,
-        **kwargs,
+        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False, output_hidden_states: bool = False, return_dict: bool = True, **kwargs,
     ) -> BaseModelOutput:
         """
         Args:
@@ -446,37 +419,22 @@ class ScratchTransformerEncoder(nn.Module):
         if output_hidden_states:
             all_hidden.append(hidden_states)
         return BaseModelOutput(
-            last_hidden_state=hidden_states,
-            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            last_hidden_state=hidden_states, hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(all_attentions) if output_attentions else None,
         )
 
 
-class ScratchTransformerDecoder(nn.Module):
+class ScratchTransformerDecoder(ScratchTransformerStack):
     """N identical decoder layers; self-attention masked so position i sees only positions <= i (paper 3.1)."""
 
     def __init__(self, config: ScratchTransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
-        self.embed = ScratchTransformerEmbedding(config, embed_tokens)
-        self.layers = nn.ModuleList(
-            [ScratchTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
-        )
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.pre_layer_norm else None
-
-    @property
-    def embed_tokens(self) -> nn.Embedding:
-        return self.embed.embed_tokens
+        layers = [ScratchTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        super().__init__(config, embed_tokens, layers)
 
     def forward(
-        self,
-        input_ids: torch.LongTensor,
-        encoder_hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None,
-        use_cache: bool = False,
-        output_attentions: bool = False,
+        self, input_ids: torch.LongTensor, encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None, use_cache: bool = False, output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """
@@ -514,17 +472,14 @@ class ScratchTransformerDecoder(nn.Module):
         if output_hidden_states:
             all_hidden.append(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states,
-            cache=cache if use_cache else None,
+            last_hidden_state=hidden_states, cache=cache if use_cache else None,
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(all_self) if output_attentions else None,
             cross_attentions=tuple(all_cross) if output_attentions else None,
         )
 
 
-# ======================================================================================
-# Hugging Face classes (the output projection and softmax of paper 3.4 are in the LM head model)
-# ======================================================================================
+# ======== Hugging Face classes (with 3.4's output projection, in the LM head model) ================
 
 
 # The translation pipeline travels with saved checkpoints (config `custom_pipelines`) when it is beside this file.
@@ -559,11 +514,8 @@ def cross_entropy_loss(
     if flat_logits.dtype in (torch.float16, torch.bfloat16):
         flat_logits = flat_logits.float()
     total = F.cross_entropy(flat_logits, labels.reshape(-1).long(), ignore_index=-100, reduction="sum")
-    if num_items_in_batch is None:
-        return total / labelled.sum().clamp(min=1)
-    if isinstance(num_items_in_batch, torch.Tensor):
-        return total / num_items_in_batch.clamp(min=1)  # Trainer passes 0 when no micro-batch has a label
-    return total / max(num_items_in_batch, 1)
+    count = labelled.sum() if num_items_in_batch is None else num_items_in_batch  # Trainer may pass 0: no label
+    return total / (count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1))
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -611,9 +563,8 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
         if self._auto_class is not None:
             auto_map = dict(getattr(self.config, "auto_map", None) or {})
             auto_map.setdefault("AutoModel", "modeling_scratch_transformer.ScratchTransformerModel")
-            auto_map.setdefault(
-                "AutoModelForSeq2SeqLM", "modeling_scratch_transformer.ScratchTransformerForConditionalGeneration"
-            )
+            auto_map.setdefault("AutoModelForSeq2SeqLM",
+                                "modeling_scratch_transformer.ScratchTransformerForConditionalGeneration")
             self.config.auto_map = auto_map
             if isinstance(self, GenerationMixin) and os.path.isfile(_PIPELINE_FILE):
                 self.config.custom_pipelines = {"translation": {
@@ -633,10 +584,8 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
         if config.share_encoder_decoder_embeddings:
             self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
             encoder_embed, decoder_embed = self.shared, self.shared
-            self._tied_weights_keys = {
-                "encoder.embed.embed_tokens.weight": "shared.weight",
-                "decoder.embed.embed_tokens.weight": "shared.weight",
-            }
+            self._tied_weights_keys = {"encoder.embed.embed_tokens.weight": "shared.weight",
+                                       "decoder.embed.embed_tokens.weight": "shared.weight"}
         else:
             encoder_embed = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
             decoder_embed = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
@@ -657,18 +606,11 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
         return self.encoder
 
     def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: Cache | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
+        self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None, cache: Cache | None = None,
+        use_cache: bool | None = None, output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None, return_dict: bool | None = None, **kwargs,
     ) -> Seq2SeqModelOutput:
         """
         Args:
@@ -685,19 +627,16 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
                 token ids out of range, or too long a sequence.
         """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
         if decoder_input_ids is None:
             raise ValueError("decoder_input_ids (or labels, for the LM head model) must be given")
         if encoder_outputs is None:
             if input_ids is None:
                 raise ValueError("either input_ids or encoder_outputs must be given")
-            encoder_outputs = self.encoder(
-                input_ids, attention_mask, output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states,
-            )
+            encoder_outputs = self.encoder(input_ids, attention_mask, output_attentions=output_attentions,
+                                           output_hidden_states=output_hidden_states)
         else:
             if not isinstance(encoder_outputs, BaseModelOutput):
                 encoder_outputs = BaseModelOutput(*encoder_outputs)
@@ -705,24 +644,16 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
                                  "encoder_outputs (batch, length)")
 
         decoder_outputs = self.decoder(
-            decoder_input_ids,
-            encoder_outputs.last_hidden_state,
-            attention_mask=decoder_attention_mask,
-            encoder_attention_mask=attention_mask,
-            cache=cache,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask=decoder_attention_mask,
+            encoder_attention_mask=attention_mask, cache=cache, use_cache=use_cache,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
         return Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            cache=decoder_outputs.cache,
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
+            last_hidden_state=decoder_outputs.last_hidden_state, cache=decoder_outputs.cache,
+            decoder_hidden_states=decoder_outputs.hidden_states, decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
+            encoder_hidden_states=encoder_outputs.hidden_states, encoder_attentions=encoder_outputs.attentions,
         )
 
 
@@ -752,20 +683,12 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
         self.lm_head = value
 
     def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: Cache | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
+        self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None, cache: Cache | None = None,
+        labels: torch.LongTensor | None = None, use_cache: bool | None = None,
+        output_attentions: bool | None = None, output_hidden_states: bool | None = None,
+        return_dict: bool | None = None, num_items_in_batch: int | torch.Tensor | None = None, **kwargs,
     ) -> Seq2SeqLMOutput:
         """
         Args:
@@ -786,29 +709,17 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
             if decoder_input_ids is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs, cache=cache,
+            use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (b, t, d) -> (b, t, v)
-
+        logits = self.lm_head(outputs.last_hidden_state)  # (b, t, d) -> (b, t, v); softmax is generate()'s
         loss = cross_entropy_loss(logits, labels, num_items_in_batch) if labels is not None else None
         return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            cache=outputs.cache,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
+            loss=loss, logits=logits, cache=outputs.cache, decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions, cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
+            encoder_hidden_states=outputs.encoder_hidden_states, encoder_attentions=outputs.encoder_attentions,
         )
 
     def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):

@@ -598,9 +598,8 @@ def test_checkpoint_saved_by_older_code_loads_with_identical_logits(variant):
     """tests/fixtures/compat_checkpoints was written at commit d1a4988 (before the modeling file's
     reorganisation) by tests/fixtures/make_compat_checkpoints.py: the same weights, state-dict names and
     ops must give bit-identical logits (one thread, as when they were recorded)."""
-    from safetensors.torch import load_file
-
     from fixtures.make_compat_checkpoints import OUT, logits_of
+    from safetensors.torch import load_file
 
     expected = load_file(OUT / "expected_logits.safetensors")
     batch = {key.removeprefix("input."): value for key, value in expected.items() if key.startswith("input.")}

@@ -82,7 +82,8 @@ def load_translation_dataset(
               those files (the builder is chosen from their suffixes, not from this name);
             * anything else that does not look like a local path is taken as a Hugging
               Face Hub dataset id and loaded with ``datasets.load_dataset(dataset,
-              dataset_config_name)``.
+              dataset_config_name)``. ``owner/name`` is a local path when a folder
+              ``owner`` exists in the working directory.
         src_lang: Source language code, e.g. ``"de"``; becomes the first column.
         tgt_lang: Target language code, e.g. ``"en"``; becomes the second column.
         splits: Splits to return, e.g. ``("train", "val", "test_2016_flickr")``, in that
@@ -109,15 +110,19 @@ def load_translation_dataset(
         (WARNING, logger ``scratch_transformer.data``).
 
     Raises:
-        FileNotFoundError: a local path (the ``dataset`` argument or a file of
-            ``data_files``) does not exist; a folder has no ``{split}.{lang}[.gz]`` files
-            at all; a requested split of a folder lacks the file of one language.
+        FileNotFoundError: a local path (the ``dataset`` argument, also ``owner/name``
+            where the folder ``owner`` exists, or a file of ``data_files``) does not exist, or
+            a file of ``data_files`` is a folder; a
+            folder has no ``{split}.{lang}[.gz]`` files at all; a requested split of a folder
+            lacks the file of one language (files of that split that are not read, such as
+            ``train.en.bz2``, are named).
         ValueError: the two sides of a split have different line counts (both files and
             both counts are named); a split has no rows, or none left once empty pairs are
             dropped (the split and its file(s) are named; not for a split capped at 0);
             ``src_lang``/``tgt_lang`` is not present (the file and the languages, or for
             one-column-per-language data the columns, that are present are named); a
-            requested split does not exist (the splits found are listed); a file is not
+            requested split does not exist (the splits found are listed, and so are a folder's
+            files of that split that are not read, such as ``val.de.bz2``); a file is not
             valid UTF-8 (file, line and byte named) or not a valid or a truncated gzip file
             (file named); a JSON Lines / JSON file is not valid JSON or has a row that is
             not an object (file, line and column named); a CSV row has more fields than the
@@ -163,7 +168,7 @@ def load_translation_dataset(
         raise ValueError(f"dataset={dataset!r} needs data_files={{split: file(s)}}")
     elif _looks_like_local_path(dataset):
         raise FileNotFoundError(
-            f"dataset {dataset!r} looks like a local path but does not exist "
+            f"dataset {dataset!r} looks like a local path but does not exist{_parent_note(dataset)} "
             "(expected a folder of {split}.{lang}[.gz] files or a .jsonl/.json/.csv file)"
         )
     else:
@@ -387,6 +392,24 @@ def _scan_parallel_folder(folder: str) -> dict[str, dict[str, str]]:
     return found
 
 
+def _unread_hint(folder: str, splits: Sequence[str]) -> str:
+    """A note naming the files of ``folder`` that look like one of ``splits`` but are not read as its
+    ``{split}.{lang}[.gz]`` files (``train.de.bz2``, ``train.de.txt``, ``train.tsv``); "" if there are none."""
+    unread = []
+    for name in sorted(os.listdir(folder)):
+        if not os.path.isfile(os.path.join(folder, name)):
+            continue
+        split, _, lang = name.removesuffix(".gz").rpartition(".")
+        for wanted in splits:
+            if name.startswith(f"{wanted}.") and (split != wanted or lang.lower() in _NON_LANGUAGE_SUFFIXES):
+                unread.append(name)
+                break
+    if not unread:
+        return ""
+    return (f"; not read: {', '.join(unread)} (only {{split}}.{{lang}} text files, plain or .gz, are: "
+            "decompress or convert the others)")
+
+
 def _split_sort_key(split: str) -> tuple[int, str]:
     return (_SPLIT_ORDER.get(split, 2), split)
 
@@ -461,6 +484,7 @@ def _load_parallel_folder(
     if unknown:
         raise ValueError(
             f"unknown split(s) {unknown} in {folder}; splits found for {src_lang}-{tgt_lang}: {complete}"
+            + _unread_hint(folder, unknown)
         )
 
     out = datasets.DatasetDict()
@@ -472,7 +496,7 @@ def _load_parallel_folder(
                 raise FileNotFoundError(
                     f"split {split!r} in {folder} has no {lang!r} file (expected "
                     f"{os.path.join(folder, f'{split}.{lang}')} or .gz; it has {sorted(langs)}); "
-                    f"splits found for {src_lang}-{tgt_lang}: {complete}"
+                    f"splits found for {src_lang}-{tgt_lang}: {complete}" + _unread_hint(folder, [split])
                 )
         src_path, tgt_path = langs[src_lang], langs[tgt_lang]
         src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
@@ -701,6 +725,11 @@ def _load_data_files(
                 p = os.path.expanduser(p)
                 if base is not None and not os.path.isabs(p) and not _is_remote_or_glob(p):
                     p = os.path.join(base, p)
+                if not _is_remote_or_glob(p) and os.path.isdir(p):
+                    raise FileNotFoundError(
+                        f"data_files[{split!r}]: {p} is a folder, not a file (a folder of {{split}}.{{lang}}[.gz] "
+                        "files is passed as dataset, not in data_files)"
+                    )
                 if not _is_remote_or_glob(p) and not os.path.isfile(p):
                     raise FileNotFoundError(f"data_files[{split!r}]: file not found: {p}")
                 resolved.append(p)
@@ -723,7 +752,7 @@ def _load_data_files(
         raw = _load_with_builder(first[0], files)
         return raw, f"data_files {files}", files
     if _looks_like_local_path(dataset):
-        raise FileNotFoundError(f"dataset folder {dataset!r} does not exist")
+        raise FileNotFoundError(f"dataset folder {dataset!r} does not exist{_parent_note(dataset)}")
     # A Hub repository plus a selection of its files.
     logger.info("loading Hub dataset %r (config %r) with data_files %s", dataset, config, files)
     raw = datasets.load_dataset(dataset, name=config, data_files=files)
@@ -743,11 +772,25 @@ def _check_languages(src_lang: str, tgt_lang: str) -> None:
         raise ValueError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ (they name the columns)")
 
 
+def _local_parent(dataset: str) -> str | None:
+    """For ``owner/name``: ``owner`` when a local folder of that name exists here (``data/raw``), else None."""
+    parent = dataset.split("/")[0] if dataset.count("/") == 1 else ""
+    return parent if parent and os.path.isdir(os.path.expanduser(parent)) else None
+
+
+def _parent_note(dataset: str) -> str:
+    parent = _local_parent(dataset)
+    return f" (the folder {parent}/ exists here, so {dataset!r} is read as a path in it, not as a Hub id)" if parent \
+        else ""
+
+
 def _looks_like_local_path(dataset: str) -> bool:
-    """True for strings that cannot be a Hub id (``name`` or ``owner/name``)."""
+    """True for strings that cannot be a Hub id (``name`` or ``owner/name``), and for ``owner/name`` when a local
+    folder ``owner`` exists (``data/raw`` with a ``data/`` folder here: a path, never a Hub request)."""
     name = dataset.lower()
     return (
-        os.path.isabs(dataset)
+        _local_parent(dataset) is not None
+        or os.path.isabs(dataset)
         or dataset.startswith((".", "~"))
         or "\\" in dataset
         or dataset.count("/") > 1

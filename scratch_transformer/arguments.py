@@ -63,8 +63,10 @@ class DataTrainingArguments:
     test_file: str | None = field(default=None, metadata={"help": "A .jsonl/.json/.csv test file."})
     train_split: str = field(default="train", metadata={"help": "Split name used for training."})
     validation_split: str = field(default="validation", metadata={"help": "Split name for validation (Multi30k: val)."})
-    test_split: str = field(default="test",
-                            metadata={"help": "Split name for the final test (Multi30k: test_2016_flickr)."})
+    test_split: str = field(
+        default="test", metadata={"help": "Split name(s) for the final test, comma-separated; the first is the "
+                                          "headline (test_bleu). Multi30k: test_2016_flickr,test_2017_flickr,"
+                                          "test_2017_mscoco."})
     max_source_length: int = field(default=128, metadata={"help": "Truncate source sentences to this many tokens."})
     max_target_length: int = field(default=128, metadata={"help": "Truncate targets; also the generation limit."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
@@ -93,6 +95,10 @@ class DataTrainingArguments:
             raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}")
         if self.num_beams is not None and self.num_beams < 1:
             raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
+        if not self.test_splits:
+            raise ValueError(f"test_split {self.test_split!r} names no split")
+        if self.test_file and len(self.test_splits) > 1:
+            raise ValueError(f"--test_file is one file: give one --test_split, not {self.test_split!r}")
         for name in ("max_source_length", "max_target_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 token, got {getattr(self, name)}")
@@ -100,6 +106,12 @@ class DataTrainingArguments:
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (leave it out to use the whole split), got "
                                  f"{getattr(self, name)}")
+
+
+    @property
+    def test_splits(self) -> list[str]:
+        """The test splits of --test_split, in order (the first is the headline)."""
+        return [split.strip() for split in self.test_split.split(",") if split.strip()]
 
 
 @dataclass
@@ -126,6 +138,17 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     max_train_minutes: float | None = field(
         default=None, metadata={"help": "Stop training after this many minutes of training (evaluation excluded)."}
     )
+    schedule_on_budget: bool = field(
+        default=True,
+        metadata={"help": "With max_train_minutes: lay the learning-rate schedule (warm-up, decay) on the "
+                          "training-time budget instead of on steps, so that the decay ends when the budget does "
+                          "on any machine; warmup_steps is then a fraction of the budget, in [0, 1)."},
+    )
+    precision: str = field(
+        default="auto",
+        metadata={"help": "auto (bf16 autocast where the hardware computes bf16 natively, else fp32), bf16, fp16 "
+                          "or fp32. --bf16 true / --fp16 true also choose."},
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={"help": "Let an evaluation-only run (--do_train false) write its results into a folder that "
@@ -147,12 +170,17 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.label_smoothing_factor < 1:
             raise ValueError(f"label_smoothing_factor must be in [0, 1), got {self.label_smoothing_factor}")
+        if self.max_train_minutes and self.schedule_on_budget and not 0 <= self.warmup_steps < 1:
+            raise ValueError(f"warmup_steps {self.warmup_steps:g}: with max_train_minutes the schedule runs on the "
+                             "training-time budget, so give warm-up as a fraction of it in [0, 1) (e.g. 0.3), or "
+                             "pass --schedule_on_budget false to keep a schedule in steps")
         # torchrun / `accelerate launch --multi_gpu` start WORLD_SIZE processes. Without a GPU, accelerate only
         # joins them into one (gloo) group when told to use the CPU; otherwise each process would train alone on
         # all the data and overwrite the others' files. So a multi-process launch without a GPU means the CPU.
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if launched > 1 and not self.use_cpu and not _has_accelerator():
             self.use_cpu = True
+        self._resolve_precision()
         super().__post_init__()
         if launched > 1 and self.world_size != launched:
             raise ValueError(f"launched as {launched} processes (WORLD_SIZE) but the Trainer sees a world of "
@@ -161,6 +189,27 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
                 and "MASTER_ADDR" in os.environ:  # what `accelerate launch --cpu --num_processes N>1` leaves
             logger.warning("`accelerate launch --cpu` started a single process: for several CPU processes use "
                            "--config_file configs/accelerate_cpu_2proc.yaml (or --multi_gpu) instead of --cpu")
+
+
+    def _resolve_precision(self) -> None:
+        """Sets bf16/fp16 from --precision (auto: by the hardware) or takes them from --bf16/--fp16; afterwards
+        `precision` is what training uses and `precision_reason` says why."""
+        if self.precision not in ("auto", "bf16", "fp16", "fp32"):
+            raise ValueError(f"precision must be auto, bf16, fp16 or fp32, got {self.precision!r}")
+        flagged = [name for name in ("bf16", "fp16") if getattr(self, name)]
+        if len(flagged) > 1 or (flagged and self.precision not in ("auto", flagged[0])):
+            raise ValueError(f"--precision {self.precision} and --{' --'.join(flagged)} true disagree; give one")
+        if flagged:
+            self.precision, self.precision_reason = flagged[0], f"--{flagged[0]} true"
+        elif self.precision != "auto":
+            self.precision_reason = f"--precision {self.precision}"
+        else:
+            from .training import choose_precision
+
+            self.precision, self.precision_reason = choose_precision(self.use_cpu or not _has_accelerator())
+        self.bf16, self.fp16 = self.precision == "bf16", self.precision == "fp16"
+        if self.bf16 and not _has_accelerator():
+            self.use_cpu = True  # CPU bf16 autocast: HF asks for use_cpu where no accelerator is there anyway
 
 
 def _has_accelerator() -> bool:

@@ -16,7 +16,9 @@ def render_model_card(results: dict, template_path: str | os.PathLike | None = N
 
     Args:
         results: keys model_name, repo_id, src_lang, tgt_lang, dataset_name, dataset_id, test_split,
-            bleu, chrf, bleu_signature, num_beams, license, and the model sizes shown in the card.
+            bleu, chrf, bleu_signature, num_beams, license, and the model sizes shown in the card; optionally
+            test_sets, a list of {"split", "bleu", "chrf"} (one table row and model-index entry each; the
+            headline test_split/bleu/chrf alone otherwise).
         template_path: a Jinja/Markdown template; defaults to the repository's hub_card.md. Besides the
             results' keys it gets `repo_id_literal` and `example_source_literal`, the two as Python string
             literals (quotes and backslashes escaped) for the card's code, which must run as printed.
@@ -28,6 +30,8 @@ def render_model_card(results: dict, template_path: str | os.PathLike | None = N
     template_path = Path(template_path or DEFAULT_TEMPLATE)
     if not template_path.is_file():
         raise FileNotFoundError(f"model card template not found: {template_path} (pass --card_template)")
+    test_sets = results.get("test_sets") or [{"split": results["test_split"], "bleu": results["bleu"],
+                                              "chrf": results["chrf"]}]
     card_data = ModelCardData(
         language=[results["src_lang"], results["tgt_lang"]],
         license=results.get("license", "mit"),
@@ -39,9 +43,9 @@ def render_model_card(results: dict, template_path: str | os.PathLike | None = N
         model_name=results["model_name"],
         eval_results=[
             EvalResult(task_type="translation", dataset_type=results["dataset_id"], dataset_name=results["dataset_name"],
-                       dataset_split=results["test_split"], metric_type=metric, metric_value=results[metric],
+                       dataset_split=row["split"], metric_type=metric, metric_value=row[metric],
                        metric_name=metric.upper() if metric == "bleu" else "chrF")
-            for metric in ("bleu", "chrf")
+            for row in test_sets for metric in ("bleu", "chrf")
         ],
     )
     literals = {f"{key}_literal": json.dumps(str(results.get(key, "")), ensure_ascii=False)  # valid Python too

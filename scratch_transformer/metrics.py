@@ -40,6 +40,26 @@ def decode_ids(tokenizer, ids) -> list[str]:
     return [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
 
 
+def count_repeated_token_outputs(ids, special_ids=(), min_run: int = 4) -> int:
+    """How many outputs repeat one token `min_run` or more times in a row (a looping rare word such as
+    "communicicici..."); padding (-100) and special tokens do not count.
+
+    Args:
+        ids: generated token ids (n, t), as the Trainer returns them.
+        special_ids: ids to skip (pad, bos, eos).
+    """
+    count = 0
+    for row in np.asarray(ids):
+        tokens = [int(token) for token in row if token >= 0 and int(token) not in set(special_ids)]
+        run = 1
+        for previous, token in zip(tokens, tokens[1:]):
+            run = run + 1 if token == previous else 1
+            if run >= min_run:
+                count += 1
+                break
+    return count
+
+
 def make_compute_metrics(tokenizer):
     """`compute_metrics` for a Seq2SeqTrainer with predict_with_generate: BLEU, chrF, mean output length (tokens)
     and the number of sentences scored (each sentence of the set once, whatever the number of processes)."""

@@ -6,6 +6,8 @@ from torch.utils.data import SequentialSampler
 from transformers import Seq2SeqTrainer
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
+from .training import WallClockBudgetCallback, budget_schedule
+
 
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
     """Length-grouped batches in shuffled order; the order depends only on (seed, epoch).
@@ -45,7 +47,8 @@ class TranslationTrainer(Seq2SeqTrainer):
     HF groups by the source length alone, which leaves the targets padded by 48% on Multi30k
     (their logits over the whole vocabulary are the costliest part of a step); grouping by the
     longer side leaves 12%. Groups are of the global batch (all processes, all accumulation steps),
-    so N processes of batch b see the same batches as one process of batch N * b. Evaluation and the
+    so N processes of batch b see the same batches as one process of batch N * b. With a training-time
+    budget (WallClockBudgetCallback) the learning-rate schedule is laid out on it. Evaluation and the
     test translate and score every sentence exactly once, in dataset order, on any number of processes.
     """
 
@@ -57,6 +60,15 @@ class TranslationTrainer(Seq2SeqTrainer):
         batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         return EpochSeededLengthGroupedSampler(batch, dataset=dataset, lengths=lengths, seed=seed)
+
+    def create_scheduler(self, num_training_steps, optimizer=None):
+        # With a training-time budget the schedule follows the clock, not a step count fixed in advance.
+        budget = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, WallClockBudgetCallback)), None)
+        if self.lr_scheduler is None and budget is not None and getattr(self.args, "schedule_on_budget", False):
+            self.lr_scheduler = budget_schedule(optimizer or self.optimizer, self.args.lr_scheduler_type,
+                                                self.args.warmup_steps, budget, self.args.lr_scheduler_kwargs)
+            self._created_lr_scheduler = True
+        return super().create_scheduler(num_training_steps, optimizer)
 
     def evaluation_loop(self, *args, **kwargs):
         # Seq2SeqTrainer.evaluate() and predict() switch the gathering to accelerator.gather, which keeps the

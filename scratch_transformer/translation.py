@@ -28,7 +28,7 @@ from .checkpoints import (
 )
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .data import load_translation_dataset
-from .metrics import corpus_scores, decode_ids, make_compute_metrics
+from .metrics import corpus_scores, count_repeated_token_outputs, decode_ids, make_compute_metrics
 from .modeling_scratch_transformer import ScratchTransformerForConditionalGeneration
 from .tokenization import tokenizer_special_ids, train_tokenizer
 from .trainer import TranslationTrainer
@@ -173,13 +173,13 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
 
     config = model.config
     examples = results.get("examples") or [{"source": "Ein Mann fährt Fahrrad."}]
-    schedule = getattr(training_args.lr_scheduler_type, "value", training_args.lr_scheduler_type)  # enum -> "linear"
     card_values = {
         "model_name": training_args.hub_model_id or os.path.basename(os.path.abspath(output_dir)),
         "repo_id": training_args.hub_model_id or os.path.abspath(output_dir),
         "src_lang": data_args.source_lang, "tgt_lang": data_args.target_lang,
         "dataset_name": results["dataset_name"], "dataset_id": results["dataset_id"],
-        "test_split": data_args.test_split, "bleu": results["test_bleu"], "chrf": results["test_chrf"],
+        "test_split": data_args.test_splits[0], "bleu": results["test_bleu"], "chrf": results["test_chrf"],
+        "test_sets": [{"split": split, **scores} for split, scores in results["test_sets"].items()],
         "bleu_signature": results["bleu_signature"], "num_beams": decoding["num_beams"],
         "decoding": ", ".join([f"beam {decoding['num_beams']}", f"length penalty {decoding['length_penalty']:g}"]
                               + ([f"no repeated {decoding['no_repeat_ngram_size']}-gram"]
@@ -191,10 +191,10 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
         "training_summary": (
             f"{results.get('train_steps', '?')} steps of batch {training_args.per_device_train_batch_size} "
             f"x {training_args.world_size} process(es), Adam (0.9, {training_args.adam_beta2}, "
-            f"{training_args.adam_epsilon}), {schedule} schedule with "
-            f"{training_args.warmup_steps} warmup steps and peak learning rate {training_args.learning_rate:g}, "
+            f"{training_args.adam_epsilon}), schedule: {_schedule_summary(training_args)}, "
             f"label smoothing {training_args.label_smoothing_factor}; "
-            f"{results.get('train_minutes', 0):.1f} minutes of training. "
+            f"{results.get('train_minutes', 0):.1f} minutes of training in {training_args.precision} "
+            f"({getattr(training_args, 'precision_reason', '')}). "
             + (f"Weights: the average of the last {results['averaged_checkpoints']} checkpoints (paper 6.1)."
                if results.get("averaged_checkpoints") else "Weights: the last checkpoint.")
         ),
@@ -241,10 +241,20 @@ def _run_steps(model_args, data_args, training_args) -> dict:
         results.update(validate(trainer))
     results.update(finalise_decoding(trainer, decoding))
     if training_args.do_predict:
-        results.update(test(trainer, tokenized[data_args.test_split], raw[data_args.test_split], tokenizer,
-                            data_args, decoding))
+        results.update(test(trainer, tokenized, raw, tokenizer, data_args, decoding))
     results.update(write_outputs(trainer, results, model_args, data_args, decoding, training_args.push_to_hub))
     return results
+
+
+def _schedule_summary(args) -> str:
+    """The learning-rate schedule as run, e.g. 'linear on the 25-minute training-time budget, warm-up 0.3 of it'."""
+    schedule = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)  # enum -> "linear"
+    if args.max_train_minutes and args.schedule_on_budget:
+        return (f"{schedule} on the {args.max_train_minutes:g}-minute training-time budget, warm-up "
+                f"{args.warmup_steps:g} of it, peak learning rate {args.learning_rate:g}")
+    warmup = f"{args.warmup_steps:g} warm-up steps" if args.warmup_steps >= 1 else \
+        f"warm-up {args.warmup_steps:g} of the steps"
+    return f"{schedule} over the steps, {warmup}, peak learning rate {args.learning_rate:g}"
 
 
 def _set_up_logging(training_args) -> None:
@@ -254,6 +264,8 @@ def _set_up_logging(training_args) -> None:
         logging.getLogger().setLevel(logging.WARNING)
     transformers.utils.logging.set_verbosity_warning()
     set_seed(training_args.seed)
+    if training_args.do_train:
+        logger.info("precision: %s (%s)", training_args.precision, getattr(training_args, "precision_reason", ""))
 
 
 def check_start(model_args, training_args) -> str | None:
@@ -274,15 +286,17 @@ def check_start(model_args, training_args) -> str | None:
 
 def load_data(data_args, training_args):
     """Step 1: the splits this run needs (training, validation, test), as a DatasetDict of raw text."""
-    wanted = ((data_args.train_split, training_args.do_train),
-              (data_args.validation_split, training_args.do_eval or training_args.do_train),
-              (data_args.test_split, training_args.do_predict))
+    wanted = [(data_args.train_split, training_args.do_train),
+              (data_args.validation_split, training_args.do_eval or training_args.do_train)]
+    wanted += [(split, training_args.do_predict) for split in data_args.test_splits]
     splits = list(dict.fromkeys(split for split, needed in wanted if needed))
     data_files = {name: path for name, path in ((data_args.train_split, data_args.train_file),
                                                 (data_args.validation_split, data_args.validation_file),
-                                                (data_args.test_split, data_args.test_file)) if path}
-    caps = {data_args.train_split: data_args.max_train_samples, data_args.validation_split: data_args.max_eval_samples,
-            data_args.test_split: data_args.max_predict_samples}
+                                                (data_args.test_splits[0], data_args.test_file)) if path}
+    caps = {split: data_args.max_predict_samples for split in data_args.test_splits}
+    caps.update({data_args.train_split: data_args.max_train_samples,
+                 data_args.validation_split: data_args.max_eval_samples})
+    _check_local_dataset(data_args.dataset_name)
     to_load = [split for split in splits if not data_files or split in data_files]
     raw = load_translation_dataset(
         data_args.dataset_name, data_args.source_lang, data_args.target_lang, splits=to_load,
@@ -293,6 +307,22 @@ def load_data(data_args, training_args):
         if split not in raw:
             raise ValueError(f"split {split!r} not found; found {sorted(raw)}")
     return raw
+
+
+MULTI30K_HINT = ("Multi30k: clone https://github.com/multi30k/dataset and pass its data/task1/raw folder with "
+                 "--dataset_name, or train on the Hub copy: --dataset_name bentrevett/multi30k --validation_split "
+                 "validation --test_split test")
+
+
+def _check_local_dataset(dataset_name: str | None) -> None:
+    """A dataset_name written as a path (./, ../, /, ~ or a folder that exists up to its last part) must exist:
+    say so, and where to get Multi30k, instead of asking the Hub for a dataset called '../shared/...'."""
+    if not dataset_name or os.path.isdir(os.path.expanduser(dataset_name)):
+        return
+    parent = os.path.dirname(os.path.expanduser(dataset_name))
+    if dataset_name.startswith((".", "/", "~")) or dataset_name.count("/") > 1 or (parent and os.path.isdir(parent)):
+        hint = f" {MULTI30K_HINT}." if "multi30k" in dataset_name.lower() else ""
+        raise FileNotFoundError(f"dataset_name {dataset_name}: no such folder.{hint}")
 
 
 def build_tokenizer_and_model(model_args, data_args, training_args, raw, resume_from):
@@ -409,35 +439,49 @@ def finalise_decoding(trainer, decoding) -> dict:
     return {}
 
 
-def test(trainer, test_dataset, test_raw, tokenizer, data_args, decoding) -> dict:
-    """Step 6: translate the test split with the final decoding and score the detokenised output against the
-    raw references (sacreBLEU); writes generated_predictions.txt in dataset order.
+def test(trainer, tokenized, raw, tokenizer, data_args, decoding) -> dict:
+    """Step 6: translate each test split with the final decoding and score the detokenised output against the
+    raw references (sacreBLEU). The first split is the headline (test_bleu, generated_predictions.txt); each
+    further one writes generated_predictions_{split}.txt. All in dataset order; every split's figures, and
+    how many outputs repeat one token 4 or more times in a row (a looping rare word), go to all_results.json.
 
     The test decodes the saved fp32 weights as users will (translate.py, pipeline): without the bf16/fp16
     autocast that accelerate wraps around forward for training and validation.
     """
     trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
-    prediction = trainer.predict(test_dataset, metric_key_prefix="test", max_length=data_args.max_target_length,
-                                 **decoding)
+    metrics, test_sets = {}, {}
+    for index, split in enumerate(data_args.test_splits):
+        prediction = trainer.predict(tokenized[split], metric_key_prefix="test",
+                                     max_length=data_args.max_target_length, **decoding)
+        if not trainer.is_world_process_zero():
+            continue
+        hypotheses = decode_ids(tokenizer, prediction.predictions)
+        references = list(raw[split][data_args.target_lang])
+        scores = corpus_scores(hypotheses, references)
+        test_sets[split] = {"bleu": scores["bleu"], "chrf": scores["chrf"], "sentences": len(hypotheses),
+                            "repeated_token_outputs": count_repeated_token_outputs(prediction.predictions,
+                                                                                   tokenizer.all_special_ids)}
+        print(f"{split}: test BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({len(hypotheses)} sentences, "
+              f"beam {decoding['num_beams']})")
+        name = "generated_predictions.txt" if index == 0 else f"generated_predictions_{split}.txt"
+        with open(os.path.join(trainer.args.output_dir, name), "w", encoding="utf-8") as handle:
+            handle.write("\n".join(hypotheses) + "\n")
+        if index == 0:
+            headline = {"scores": scores, "examples": [
+                {"source": s, "reference": r, "prediction": h}
+                for s, r, h in zip(raw[split][data_args.source_lang][:3], references[:3], hypotheses[:3])]}
+            metrics = {k: v for k, v in prediction.metrics.items() if not k.endswith(("_bleu", "_chrf", "_sentences"))}
+            metrics.update(test_bleu=scores["bleu"], test_chrf=scores["chrf"], test_samples=len(hypotheses),
+                           test_num_beams=decoding["num_beams"])
     if not trainer.is_world_process_zero():
         return {}
-    hypotheses = decode_ids(tokenizer, prediction.predictions)
-    references = list(test_raw[data_args.target_lang])
-    scores = corpus_scores(hypotheses, references)
-    metrics = {k: v for k, v in prediction.metrics.items() if not k.endswith(("_bleu", "_chrf"))}
-    metrics.update(test_bleu=scores["bleu"], test_chrf=scores["chrf"], test_samples=len(hypotheses),
-                   test_num_beams=decoding["num_beams"])
-    print(f"sacreBLEU signature: {scores['bleu_signature']}")
-    print(f"test BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({len(hypotheses)} sentences, "
-          f"beam {decoding['num_beams']})")
-    trainer.log_metrics("test", metrics)
+    print(f"sacreBLEU signature: {headline['scores']['bleu_signature']}")
+    metrics["test_sets"] = test_sets
+    trainer.log_metrics("test", {k: v for k, v in metrics.items() if k != "test_sets"})
     trainer.save_metrics("test", metrics)
-    with open(os.path.join(trainer.args.output_dir, "generated_predictions.txt"), "w", encoding="utf-8") as handle:
-        handle.write("\n".join(hypotheses) + "\n")
-    examples = [{"source": s, "reference": r, "prediction": h}
-                for s, r, h in zip(test_raw[data_args.source_lang][:3], references[:3], hypotheses[:3])]
+    scores = headline["scores"]
     return {"test_bleu": scores["bleu"], "test_chrf": scores["chrf"], "bleu_signature": scores["bleu_signature"],
-            "examples": examples}
+            "examples": headline["examples"], "test_sets": test_sets}
 
 
 def write_outputs(trainer, results, model_args, data_args, decoding, push_to_hub: bool) -> dict:
@@ -450,6 +494,9 @@ def write_outputs(trainer, results, model_args, data_args, decoding, push_to_hub
     with open(os.path.join(output_dir, "all_results.json"), encoding="utf-8") as handle:
         all_results = json.load(handle)
     all_results["num_parameters"] = count_parameters(model)
+    if args.do_train:
+        all_results.update(precision=args.precision, precision_reason=getattr(args, "precision_reason", ""),
+                           lr_schedule=_schedule_summary(args))
     write_json(os.path.join(output_dir, "all_results.json"), all_results)
     outputs = {"all_results": all_results}
     if "test_bleu" in results and os.path.isfile(os.path.join(output_dir, "model.safetensors")):

@@ -4,6 +4,9 @@ Examples:
     # the main job: German -> English on Multi30k (about 25 minutes of training on 2 CPU cores)
     python scripts/train_translation.py configs/multi30k_de_en.json
 
+    # the same config with flags that win over it
+    python scripts/train_translation.py configs/multi30k_de_en.json --max_train_minutes 12.5 --output_dir outputs/half
+
     # the same with flags, on your own folder of {split}.{lang}[.gz] files or a Hub dataset id
     python scripts/train_translation.py --dataset_name path/to/multi30k/raw --source_lang de --target_lang en \
         --validation_split val --test_split test_2016_flickr --output_dir outputs/my_run \
@@ -14,6 +17,7 @@ Examples:
         --output_dir outputs/finetuned
 """
 
+import json
 import os
 import sys
 
@@ -24,10 +28,29 @@ from scratch_transformer.translation import run_translation
 
 
 def parse_args(argv=None):
+    """Flags, or a .json file of them followed by flags that win over it (`config.json --max_train_minutes 12.5`).
+
+    Raises:
+        ValueError: a .json file that is missing, not a JSON object, or names an unknown argument.
+    """
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TranslationTrainingArguments))
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0].endswith(".json"):
+        path, argv = argv[0], argv[1:]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                values = json.load(handle)
+        except FileNotFoundError:
+            raise ValueError(f"{path}: no such config file") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path}: not valid JSON ({error})") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: expected a JSON object of argument names and values")
+        known = {action.dest for action in parser._actions}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown argument(s) {', '.join(unknown)}")
+        parser.set_defaults(**values)  # the file's values become defaults: flags given after it win
     return parser.parse_args_into_dataclasses(args=argv)
 
 

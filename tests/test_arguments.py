@@ -54,3 +54,40 @@ def test_bad_training_arguments_are_refused_before_any_folder_exists(tmp_path, o
     with pytest.raises(ValueError, match=message):
         training(tmp_path, **overrides)
     assert not (tmp_path / "out").exists()
+
+
+def test_precision_auto_is_resolved_and_explicit_choices_are_obeyed(tmp_path, monkeypatch):
+    from scratch_transformer import training as training_module
+
+    monkeypatch.setattr(training_module, "native_bf16_cpu", lambda: (False, "no avx512_bf16/amx_bf16/bf16 CPU flag"))
+    auto = training(tmp_path)
+    assert (auto.precision, auto.bf16, auto.fp16) == ("fp32", False, False)
+    assert "without native bf16" in auto.precision_reason
+    monkeypatch.setattr(training_module, "native_bf16_cpu", lambda: (True, "CPU flags avx512_bf16"))
+    assert (training(tmp_path).precision, training(tmp_path).bf16) == ("bf16", True)
+    explicit = training(tmp_path, precision="fp32")
+    assert (explicit.precision, explicit.bf16, explicit.precision_reason) == ("fp32", False, "--precision fp32")
+    flagged = training(tmp_path, bf16=True)
+    assert (flagged.precision, flagged.precision_reason) == ("bf16", "--bf16 true")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"precision": "fp8"}, "precision must be auto, bf16, fp16 or fp32"),
+    ({"precision": "fp32", "bf16": True}, "--precision fp32 and --bf16 true disagree"),
+    ({"max_train_minutes": 5.0, "warmup_steps": 800}, "give warm-up as a fraction of it"),
+])
+def test_precision_and_budget_schedule_conflicts_are_refused(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        training(tmp_path, **overrides)
+
+
+def test_a_step_schedule_under_a_budget_when_asked(tmp_path):
+    args = training(tmp_path, max_train_minutes=5.0, warmup_steps=800, schedule_on_budget=False)
+    assert args.warmup_steps == 800
+
+
+def test_several_test_splits(tmp_path):
+    assert data(test_split="test_2016_flickr, test_2017_flickr").test_splits == ["test_2016_flickr",
+                                                                                 "test_2017_flickr"]
+    with pytest.raises(ValueError, match="--test_file is one file"):
+        DataTrainingArguments(train_file="t.jsonl", test_file="x.jsonl", test_split="a,b")

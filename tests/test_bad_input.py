@@ -375,10 +375,7 @@ def _catalogue(rng):
         "json-args-unknown-key": Case(("jsonl", None, None), argv=("{tmp}/args.json",), names=("bogus_key",),
                                       setup="json_args_unknown"),
         "json-args-malformed": Case(("jsonl", None, None), argv=("{tmp}/args.json",), names=("args.json",),
-                                    setup="json_args_malformed",
-                                    xfail=_xfail("json.JSONDecodeError 'Expecting property name enclosed in double "
-                                                 "quotes: line 1 column 2 (char 1)' does not name the .json file "
-                                                 "(scripts/train_translation.py parse_args)")),
+                                    setup="json_args_malformed"),
         "accepted-folder": Case(("folder", None, None)),
         "accepted-csv": Case(("csv", None, None)),
     })

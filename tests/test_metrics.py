@@ -6,7 +6,7 @@ import sacrebleu
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import EvalPrediction, PreTrainedTokenizerFast
 
-from scratch_transformer.metrics import corpus_scores, decode_ids, make_compute_metrics
+from scratch_transformer.metrics import corpus_scores, count_repeated_token_outputs, decode_ids, make_compute_metrics
 
 HYPOTHESES = ["A dog runs across the grass.", "Two men play football.", "A woman sits."]
 REFERENCES = ["A dog is running across the grass.", "Two men are playing soccer.", "A woman sits on a bench."]
@@ -51,3 +51,11 @@ def test_compute_metrics_scores_each_sentence_once(word_tokenizer):
     assert metrics["bleu"] == expected["bleu"] and metrics["chrf"] == expected["chrf"]
     assert metrics["sentences"] == 2
     assert metrics["gen_len"] == 2.0  # ids above the special tokens and padding: (3 + 1) / 2
+
+
+def test_outputs_that_repeat_a_token_four_times_are_counted():
+    ids = np.array([[1, 9, 9, 9, 9, 2, -100],   # a looping subword: counted
+                    [1, 9, 9, 9, 8, 9, 2],      # three in a row: not
+                    [1, 5, 0, 0, 0, 0, -100],   # padding repeats: not
+                    [7, 7, 7, 7, 7, 7, 7]])     # counted once
+    assert count_repeated_token_outputs(ids, special_ids=[0, 1, 2]) == 2

@@ -188,8 +188,8 @@ def torchrun_job(tmp_path_factory):
             "num_beams": 2}
     run_command(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", 2, SCRIPT,
                  *flags(out, per_device_train_batch_size=4, max_steps=10_000, max_train_minutes=0.05,
-                        save_strategy="steps", save_steps=2, average_last_checkpoints=2, eval_strategy="steps",
-                        eval_steps=2, do_eval=True, do_predict=True, **sets)],
+                        warmup_steps=0.1, save_strategy="steps", save_steps=2, average_last_checkpoints=2,
+                        eval_strategy="steps", eval_steps=2, do_eval=True, do_predict=True, **sets)],
                 root / "torchrun.log", timeout=600)
     evaluate_only = {"model_name_or_path": out, "do_train": False, "do_eval": True, "do_predict": True,
                      "config_overrides": None, **sets}

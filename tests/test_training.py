@@ -80,3 +80,71 @@ def test_count_parameters_counts_a_tied_weight_once_and_skips_frozen_ones():
     model = torch.nn.ModuleList([embedding, head, frozen])
     assert count_parameters(model) == 40
     assert math.prod(embedding.weight.shape) == 40
+
+
+def test_precision_auto_follows_native_bf16(monkeypatch):
+    monkeypatch.setattr(training, "native_bf16_cpu", lambda: (True, "CPU flags avx512_bf16"))
+    assert training.choose_precision(on_cpu=True) == ("bf16", "CPU with native bf16 (CPU flags avx512_bf16)")
+    monkeypatch.setattr(training, "native_bf16_cpu", lambda: (False, "no avx512_bf16/amx_bf16/bf16 CPU flag"))
+    precision, reason = training.choose_precision(on_cpu=True)
+    assert precision == "fp32" and "without native bf16" in reason and "3x slower" in reason
+
+
+def test_native_bf16_reads_the_cpu_flags():
+    native, evidence = training.native_bf16_cpu()
+    with open("/proc/cpuinfo", encoding="utf-8") as handle:
+        flags = set(" ".join(line for line in handle if line.startswith("flags")).split())
+    assert native == bool(flags & {"avx512_bf16", "amx_bf16"})
+    assert ("avx512_bf16" in evidence) == ("avx512_bf16" in flags)
+
+
+def fake_budget(monkeypatch, minutes):
+    clock = [0.0]
+    monkeypatch.setattr(training.time, "perf_counter", lambda: clock[0])
+    budget = WallClockBudgetCallback(max_minutes=minutes)
+    budget.on_train_begin(SimpleNamespace(world_size=1), TrainerState(), TrainerControl())
+    return budget, clock
+
+
+@pytest.mark.parametrize("kind", ["linear", "cosine"])
+def test_budget_schedule_warms_up_and_decays_on_the_clock(monkeypatch, kind):
+    """Warm-up over the first 30% of the training time, decay to 0 when the budget runs out, at any step rate."""
+    budget, clock = fake_budget(monkeypatch, minutes=1.0)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1e-3)
+    scheduler = training.budget_schedule(optimizer, kind, 0.3, budget)
+    args, state = SimpleNamespace(world_size=1), TrainerState()
+    seen = {}
+    for seconds in (0, 9, 18, 30, 45, 59.4, 60):
+        clock[0] = seconds
+        budget.on_step_end(args, state, TrainerControl())
+        scheduler.step()
+        seen[seconds] = optimizer.param_groups[0]["lr"]
+    assert seen[0] == 0 and seen[9] == pytest.approx(0.5e-3) and seen[18] == pytest.approx(1e-3)
+    assert seen[30] < 1e-3 and seen[45] < seen[30] and seen[59.4] < 0.05e-3 and seen[60] == pytest.approx(0)
+    if kind == "linear":
+        assert seen[45] == pytest.approx(1e-3 * 15 / 42)
+
+
+def test_budget_schedule_refuses_warmup_in_steps_or_a_stepless_schedule(monkeypatch):
+    budget, _ = fake_budget(monkeypatch, minutes=1.0)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1e-3)
+    with pytest.raises(ValueError, match="fraction of the training-time budget"):
+        training.budget_schedule(optimizer, "linear", 800, budget)
+    with pytest.raises(ValueError, match="cannot follow the training-time budget"):
+        training.budget_schedule(optimizer, "reduce_lr_on_plateau", 0.1, budget)
+
+
+def test_budget_clock_travels_in_the_checkpoint(monkeypatch):
+    """The callback's state (saved in trainer_state.json) restores the training time on resume."""
+    budget, clock = fake_budget(monkeypatch, minutes=1.0)
+    clock[0] = 42.0
+    saved = budget.state()
+    assert saved["attributes"]["training_seconds"] == pytest.approx(42.0)
+    resumed = WallClockBudgetCallback(max_minutes=1.0)
+    state = TrainerState(stateful_callbacks={"WallClockBudgetCallback": saved})
+    clock[0] = 1000.0  # another process, another clock
+    resumed.on_train_begin(SimpleNamespace(world_size=1), state, TrainerControl())
+    assert resumed.progress() == pytest.approx(0.7)
+    clock[0] = 1018.0
+    control = resumed.on_step_end(SimpleNamespace(world_size=1), state, TrainerControl())
+    assert control.should_training_stop and resumed.training_seconds == pytest.approx(60.0)

@@ -34,7 +34,8 @@ def multi30k_run(tmp_path_factory):
         pytest.skip("Multi30k not found beside the repo")
     output_dir = tmp_path_factory.mktemp("multi30k") / "run"
     argv = common_flags(
-        output_dir, dataset_name=MULTI30K, validation_split="val", test_split="test_2016_flickr",
+        output_dir, dataset_name=MULTI30K, validation_split="val",
+        test_split="test_2016_flickr,test_2017_mscoco",
         max_train_samples=1500, max_eval_samples=40, max_predict_samples=40, config_overrides=TINY,
         vocab_size=1000, max_steps=60, warmup_steps=20, learning_rate=3e-3, eval_strategy="steps", eval_steps=30,
         num_beams=2, length_penalty=1.2, no_repeat_ngram_size=2, bf16=True, use_cpu=True,
@@ -94,11 +95,12 @@ def test_model_card_metadata_matches_results(multi30k_run):
     assert metadata["language"] == ["de", "en"]
     card = ModelCard.load(output_dir / "README.md")
     all_results = json.loads((output_dir / "all_results.json").read_text())
-    bleu = [r.metric_value for r in card.data.eval_results if r.metric_type == "bleu"]
+    bleu = [r.metric_value for r in card.data.eval_results
+            if r.metric_type == "bleu" and r.dataset_split == "test_2016_flickr"]
     assert bleu == [all_results["test_bleu"]]
     assert f"| {all_results['test_bleu']} |" in text
     assert "| beam 2, length penalty 1.2, no repeated 2-gram |" in text  # the test's decoding, as run
-    assert "inverse_sqrt schedule" in text and "SchedulerType" not in text  # the default (Noam)
+    assert "schedule: inverse_sqrt over the steps" in text and "SchedulerType" not in text  # the default (Noam)
 
 
 def test_fine_tune_from_checkpoint_keeps_tokenizer(multi30k_run, tmp_path):
@@ -399,3 +401,123 @@ def test_script_prints_a_refusal_without_traceback(tmp_path):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == "train_translation.py: error: learning_rate must be > 0, got -1.0"
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+# ---------------------------------------------------------------- several test sets, a looping word counted
+
+
+def test_every_test_split_is_scored_written_and_carded(multi30k_run):
+    from huggingface_hub import ModelCard
+
+    output_dir, _ = multi30k_run
+    results = json.loads((output_dir / "all_results.json").read_text())
+    assert list(results["test_sets"]) == ["test_2016_flickr", "test_2017_mscoco"]
+    headline = results["test_sets"]["test_2016_flickr"]
+    assert (headline["bleu"], headline["chrf"], headline["sentences"]) == (results["test_bleu"],
+                                                                            results["test_chrf"], 40)
+    assert isinstance(headline["repeated_token_outputs"], int)
+    mscoco = (output_dir / "generated_predictions_test_2017_mscoco.txt").read_text(encoding="utf-8").splitlines()
+    assert len(mscoco) == 40 and results["test_sets"]["test_2017_mscoco"]["sentences"] == 40
+    card = ModelCard.load(output_dir / "README.md")
+    rows = {(r.dataset_split, r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert rows[("test_2017_mscoco", "bleu")] == results["test_sets"]["test_2017_mscoco"]["bleu"]
+    assert rows[("test_2016_flickr", "chrf")] == results["test_chrf"]
+    text = (output_dir / "README.md").read_text(encoding="utf-8")
+    assert "| test_2017_mscoco |" in text and "| test_2016_flickr |" in text
+
+
+def test_precision_and_schedule_are_recorded(multi30k_run):
+    output_dir, _ = multi30k_run
+    results = json.loads((output_dir / "all_results.json").read_text())
+    assert results["precision"] == "bf16" and results["precision_reason"] == "--bf16 true"
+    assert results["lr_schedule"].startswith("inverse_sqrt over the steps, 20 warm-up steps")
+    assert "in bf16 (--bf16 true)" in (output_dir / "README.md").read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------- the schedule follows the time budget
+
+
+def budget_run_flags(output_dir, **extra):
+    return tiny_run_flags(output_dir, max_steps=1_000_000, max_train_minutes=0.15, lr_scheduler_type="linear",
+                          warmup_steps=0.2, learning_rate=1e-3, logging_steps=1, do_eval=False, do_predict=False,
+                          per_device_train_batch_size=8, **extra)
+
+
+def final_learning_rate(output_dir):
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    rates = [entry["learning_rate"] for entry in history if "learning_rate" in entry]
+    return rates, json.loads((output_dir / "trainer_state.json").read_text())["global_step"]
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "cores-busy"])
+def test_a_budget_run_ends_at_the_end_of_its_learning_rate_schedule(tmp_path, busy):
+    """9 s of training, max_steps out of reach: the linear decay reaches (within 5% of the peak) its end value, 0,
+    when the budget runs out, whether the cores are free or two other processes keep them busy."""
+    import subprocess
+    import sys
+
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if busy else 0)]
+    try:
+        train_translation.main(budget_run_flags(tmp_path / "run"))
+    finally:
+        for burner in burners:
+            burner.kill()
+    rates, steps = final_learning_rate(tmp_path / "run")
+    assert 10 < steps < 1_000_000
+    assert max(rates) > 0.9e-3  # warm-up reached the peak
+    assert rates[-1] <= 0.05 * 1e-3, rates[-5:]
+    assert rates.index(max(rates)) < len(rates) * 0.4  # the peak came early (warm-up 20% of the time)
+
+
+def test_a_resumed_budget_run_continues_the_clock(tmp_path):
+    """The training time travels in the checkpoint: a run resumed from a checkpoint taken part-way trains only
+    for the rest of the budget, on the rest of the schedule."""
+    first = tmp_path / "first"
+    train_translation.main(budget_run_flags(first, save_strategy="steps", save_steps=20, save_total_limit=100))
+    checkpoints = sorted(first.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    middle = checkpoints[len(checkpoints) // 2]
+    saved = json.loads((middle / "trainer_state.json").read_text())
+    seconds = saved["stateful_callbacks"]["WallClockBudgetCallback"]["attributes"]["training_seconds"]
+    assert 0 < seconds < 9
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(middle, resumed / middle.name)
+    train_translation.main(budget_run_flags(resumed, save_strategy="steps", save_steps=20))
+    results = json.loads((resumed / "all_results.json").read_text())
+    assert results["train_minutes_excluding_eval"] == pytest.approx(0.15, abs=0.02)  # the whole budget, not more
+    rates, _ = final_learning_rate(resumed)
+    assert rates[-1] <= 0.05 * 1e-3
+
+
+# ---------------------------------------------------------------- a config file and flags
+
+
+def test_config_file_then_flags_that_win(tmp_path):
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({"dataset_name": str(MULTI30K), "max_train_minutes": 25, "warmup_steps": 0.3,
+                                  "output_dir": "from_file", "num_beams": 4, "precision": "fp32"}))
+    model_args, data_args, training_args = train_translation.parse_args(
+        [str(config), "--max_train_minutes", "12.5", "--output_dir", str(tmp_path / "half")])
+    assert training_args.max_train_minutes == 12.5 and training_args.output_dir == str(tmp_path / "half")
+    assert data_args.num_beams == 4 and training_args.precision == "fp32" and training_args.warmup_steps == 0.3
+    config.write_text(json.dumps({"dataset_name": str(MULTI30K), "max_trian_minutes": 25}))
+    with pytest.raises(ValueError, match="unknown argument.*max_trian_minutes"):
+        train_translation.parse_args([str(config)])
+
+
+def test_the_shipped_config_parses_with_a_half_budget(tmp_path):
+    from conftest import REPO_ROOT
+
+    _, data_args, training_args = train_translation.parse_args(
+        [str(REPO_ROOT / "configs" / "multi30k_de_en.json"), "--max_train_minutes", "12.5",
+         "--output_dir", str(tmp_path / "x")])
+    assert training_args.max_train_minutes == 12.5 and training_args.schedule_on_budget
+    assert data_args.test_splits == ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco"]
+    assert training_args.precision in ("bf16", "fp32") and training_args.precision_reason
+
+
+def test_a_missing_multi30k_folder_says_where_to_get_it(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(FileNotFoundError, match=r"no such folder.*github.com/multi30k/dataset.*bentrevett/multi30k"):
+        train_translation.main(tiny_run_flags(out, dataset_name=str(tmp_path / "shared" / "data" / "multi30k" / "raw")))
+    assert not out.exists()

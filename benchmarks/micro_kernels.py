@@ -5,20 +5,16 @@ Linear layers at inference: F.linear (MKL sgemm) against oneDNN's `_linear_point
 products of the small benchmark size (decoding step: 64 rows; beam 4: 256 rows; encoder: 1536 rows).
 `ScratchTransformerLinear` uses oneDNN from `min_onednn_macs` multiply-adds up.
 
-Usage: python benchmarks/micro_kernels.py [--threads 2]
+Usage: python -m benchmarks.micro_kernels [--threads 2]   (the package installed, as README's set-up does)
 """
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from scratch_transformer.kernels_scratch_transformer import _ONEDNN_LINEAR, ScratchTransformerLinear  # noqa: E402
+from scratch_transformer.kernels_scratch_transformer import _ONEDNN_LINEAR, ScratchTransformerLinear
 
 
 def median_us(fn, calls: int, rounds: int = 7) -> float:

@@ -6,6 +6,7 @@ ValueError naming the argument.
 """
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -45,6 +46,16 @@ class ModelArguments:
                           "validation BLEU is at least the last checkpoint's. 0 or 1: off."},
     )
     card_template: str | None = field(default=None, metadata={"help": "Model card template (default hub_card.md)."})
+
+    def __post_init__(self):
+        for name in ("vocab_size", "tokenizer_min_frequency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.average_last_checkpoints < 0:
+            raise ValueError(f"average_last_checkpoints must be >= 0 (0 or 1: off), got "
+                             f"{self.average_last_checkpoints}")
+        if self.attn_implementation not in ("sdpa", "eager"):
+            raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', got {self.attn_implementation!r}")
 
 
 @dataclass
@@ -95,6 +106,8 @@ class DataTrainingArguments:
             raise ValueError(f"source_lang and target_lang are both {self.source_lang!r}")
         if self.num_beams is not None and self.num_beams < 1:
             raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
+        if self.length_penalty is not None and not math.isfinite(self.length_penalty):
+            raise ValueError(f"length_penalty must be a finite number, got {self.length_penalty}")
         if not self.test_splits:
             raise ValueError(f"test_split {self.test_split!r} names no split")
         if self.test_file and len(self.test_splits) > 1:
@@ -159,12 +172,23 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     def __post_init__(self):
         # checked here, before anything is built or written (HF finds a bad learning rate only when it
         # creates the optimizer, after the output folder exists); `not value > 0` also refuses NaN
-        for name in ("learning_rate", "max_train_minutes"):
+        for name in ("learning_rate", "max_train_minutes", "noam_factor"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
-        if not self.warmup_steps >= 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number > 0, got {value}")
+        if not (self.warmup_steps >= 0 and math.isfinite(self.warmup_steps)):
+            raise ValueError(f"warmup_steps must be a finite number >= 0, got {self.warmup_steps}")
+        if self.dataloader_num_workers < 0:
+            raise ValueError(f"dataloader_num_workers must be >= 0, got {self.dataloader_num_workers}")
+        if self.do_train and self.max_steps <= 0 and not self.num_train_epochs > 0:
+            raise ValueError(f"num_train_epochs must be > 0 when max_steps is not set, got {self.num_train_epochs}")
+        from transformers import SchedulerType
+
+        try:
+            SchedulerType(getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type))
+        except ValueError:
+            names = ", ".join(kind.value for kind in SchedulerType)
+            raise ValueError(f"lr_scheduler_type {self.lr_scheduler_type!r} is not one of: {names}") from None
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -156,6 +156,8 @@ def resume_checkpoint_in(training_args) -> str | None:
     Only looks: half-written checkpoints are removed later, by `remove_incomplete_checkpoints`, once
     every check has passed (a failing start leaves the folder as it was).
     """
+    if os.path.exists(training_args.output_dir) and not os.path.isdir(training_args.output_dir):
+        raise ValueError(f"output_dir {training_args.output_dir} is a file, not a folder: choose another --output_dir")
     if training_args.resume_from_checkpoint:
         if not os.path.isdir(training_args.resume_from_checkpoint):
             raise ValueError(f"resume_from_checkpoint {training_args.resume_from_checkpoint} is not a folder")

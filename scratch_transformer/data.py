@@ -31,6 +31,8 @@ from typing import Any
 
 import datasets
 
+from .paths import local_parent
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["load_translation_dataset"]
@@ -45,6 +47,10 @@ _NON_LANGUAGE_SUFFIXES = frozenset(
     {"md", "txt", "rst", "json", "jsonl", "csv", "tsv", "yaml", "yml", "py", "sh", "gz", "zip", "tar", "lock",
      "arrow", "parquet", "log", "html", "xml", "sgm", "pdf"}
 )
+
+MULTI30K_HINT = ("Multi30k: clone https://github.com/multi30k/dataset and pass its data/task1/raw folder with "
+                 "--dataset_name, or train on the Hub copy: --dataset_name bentrevett/multi30k --validation_split "
+                 "validation --test_split test")
 
 # Feature type of free-form JSON values (datasets >= 5); an empty tuple matches nothing.
 _JSON_FEATURE = getattr(datasets, "Json", ())
@@ -170,6 +176,7 @@ def load_translation_dataset(
         raise FileNotFoundError(
             f"dataset {dataset!r} looks like a local path but does not exist{_parent_note(dataset)} "
             "(expected a folder of {split}.{lang}[.gz] files or a .jsonl/.json/.csv file)"
+            + (f". {MULTI30K_HINT}" if "multi30k" in dataset.lower() else "")
         )
     else:
         logger.info("loading Hub dataset %r (config %r)", dataset, dataset_config_name)
@@ -772,14 +779,8 @@ def _check_languages(src_lang: str, tgt_lang: str) -> None:
         raise ValueError(f"src_lang and tgt_lang are both {src_lang!r}; they must differ (they name the columns)")
 
 
-def _local_parent(dataset: str) -> str | None:
-    """For ``owner/name``: ``owner`` when a local folder of that name exists here (``data/raw``), else None."""
-    parent = dataset.split("/")[0] if dataset.count("/") == 1 else ""
-    return parent if parent and os.path.isdir(os.path.expanduser(parent)) else None
-
-
 def _parent_note(dataset: str) -> str:
-    parent = _local_parent(dataset)
+    parent = local_parent(dataset)
     return f" (the folder {parent}/ exists here, so {dataset!r} is read as a path in it, not as a Hub id)" if parent \
         else ""
 
@@ -789,7 +790,7 @@ def _looks_like_local_path(dataset: str) -> bool:
     folder ``owner`` exists (``data/raw`` with a ``data/`` folder here: a path, never a Hub request)."""
     name = dataset.lower()
     return (
-        _local_parent(dataset) is not None
+        local_parent(dataset) is not None
         or os.path.isabs(dataset)
         or dataset.startswith((".", "~"))
         or "\\" in dataset

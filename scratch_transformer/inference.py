@@ -17,13 +17,14 @@ def translate(model, tokenizer, sentences: Sequence[str], batch_size: int = 32, 
         sentences: source sentences (an empty string translates to an empty string).
         batch_size: sentences per generate() call.
         num_beams / max_new_tokens: override the model's generation_config when given.
-        max_source_length: longer sources are truncated to this many tokens (end-of-sentence token included),
+        max_source_length: longer sources are truncated to this many tokens (end-of-sentence token included;
+            at most the model's max_position_embeddings),
             with a warning that says how many were cut; split long texts into sentences, one per item.
         progress: show a tqdm progress bar (sentences).
     Returns:
         one detokenised translation per input sentence.
     Raises:
-        ValueError: batch_size, num_beams or max_source_length < 1, a single string instead of a list, a non-string
+        ValueError: batch_size, num_beams, max_new_tokens or max_source_length < 1, a single string instead of a list, a non-string
             item, or num_return_sequences other than 1.
     Warns:
         UserWarning: when sources were truncated to max_source_length, with their count.
@@ -45,7 +46,11 @@ def translate(model, tokenizer, sentences: Sequence[str], batch_size: int = 32, 
     if num_beams is not None:
         generate_kwargs["num_beams"] = num_beams
     if max_new_tokens is not None:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         generate_kwargs["max_new_tokens"] = max_new_tokens
+    # a source can be no longer than the model's positional encoding (paper 3.5) reaches
+    max_source_length = min(max_source_length, getattr(model.config, "max_position_embeddings", max_source_length))
     model.eval()
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     results = [""] * len(sentences)

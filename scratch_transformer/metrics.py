@@ -48,9 +48,9 @@ def count_repeated_token_outputs(ids, special_ids=(), min_run: int = 4) -> int:
         ids: generated token ids (n, t), as the Trainer returns them.
         special_ids: ids to skip (pad, bos, eos).
     """
-    count = 0
+    count, skip = 0, set(special_ids)
     for row in np.asarray(ids):
-        tokens = [int(token) for token in row if token >= 0 and int(token) not in set(special_ids)]
+        tokens = [int(token) for token in row if token >= 0 and int(token) not in skip]
         run = 1
         for previous, token in zip(tokens, tokens[1:]):
             run = run + 1 if token == previous else 1

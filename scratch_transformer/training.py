@@ -105,7 +105,7 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
         if isinstance(saved, list):
             saved = saved[-1] if saved else None
         self.offset = float(saved["attributes"]["training_seconds"]) if saved else 0.0
-        if saved:
+        if self.offset > 0:  # a fresh run's state holds the callback too, with 0 s
             logger.info("resuming the training-time budget at %.1f of %.1f min", self.offset / 60,
                         self.max_seconds / 60)
         self.start, self.excluded = time.perf_counter(), 0.0

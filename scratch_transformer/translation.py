@@ -30,6 +30,7 @@ from .configuration_scratch_transformer import ScratchTransformerConfig
 from .data import load_translation_dataset
 from .metrics import corpus_scores, count_repeated_token_outputs, decode_ids, make_compute_metrics
 from .modeling_scratch_transformer import ScratchTransformerForConditionalGeneration
+from .paths import TOKENIZER_FILES, looks_like_local_path, missing_path_message, model_folder_problem
 from .tokenization import tokenizer_special_ids, train_tokenizer
 from .trainer import TranslationTrainer
 from .training import (
@@ -277,11 +278,38 @@ def check_start(model_args, training_args) -> str | None:
         from .hub import check_repo_id
 
         check_repo_id(training_args.hub_model_id)
+    _check_model_sources(model_args)
     resume_from = resume_checkpoint_in(training_args)
     if resume_from:
         check_resume_checkpoint(resume_from, needs_tokenizer=not (model_args.model_name_or_path
                                                                   or model_args.tokenizer_name))
     return resume_from
+
+
+def _check_model_sources(model_args) -> None:
+    """--model_name_or_path, --tokenizer_name and --config_name: a local path must exist and hold what it is
+    named for (a Hub id is left to from_pretrained)."""
+    sources = (("--model_name_or_path", model_args.model_name_or_path, "a trained model's folder or a Hub id"),
+               ("--tokenizer_name", model_args.tokenizer_name, "a tokenizer's folder or a Hub id"),
+               ("--config_name", model_args.config_name, "a config.json, its folder or a Hub id"))
+    for flag, name, what in sources:
+        if not name:
+            continue
+        path = os.path.expanduser(name)
+        if not os.path.exists(path):
+            if looks_like_local_path(name):
+                raise ValueError(missing_path_message(flag, name, what))
+            continue
+        if flag == "--model_name_or_path":
+            problem = os.path.isdir(path) and model_folder_problem(path, flag,
+                                                                   needs_tokenizer=not model_args.tokenizer_name)
+            if not os.path.isdir(path) or problem:
+                raise ValueError(f"{flag} {name}: {problem or 'a file, not a model folder'}")
+        elif flag == "--tokenizer_name" and not (os.path.isdir(path) and any(
+                os.path.isfile(os.path.join(path, file)) for file in TOKENIZER_FILES)):
+            raise ValueError(f"{flag} {name}: no tokenizer there (tokenizer.json / tokenizer_config.json)")
+        elif flag == "--config_name" and os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
+            raise ValueError(f"{flag} {name}: the folder holds no config.json")
 
 
 def load_data(data_args, training_args):
@@ -296,7 +324,9 @@ def load_data(data_args, training_args):
     caps = {split: data_args.max_predict_samples for split in data_args.test_splits}
     caps.update({data_args.train_split: data_args.max_train_samples,
                  data_args.validation_split: data_args.max_eval_samples})
-    _check_local_dataset(data_args.dataset_name)
+    if data_files and training_args.do_train and data_args.train_split not in data_files:
+        raise ValueError("training needs --train_file (the data come as files: --validation_file/--test_file were "
+                         "given), or pass --do_train false to evaluate a model")
     to_load = [split for split in splits if not data_files or split in data_files]
     raw = load_translation_dataset(
         data_args.dataset_name, data_args.source_lang, data_args.target_lang, splits=to_load,
@@ -307,22 +337,6 @@ def load_data(data_args, training_args):
         if split not in raw:
             raise ValueError(f"split {split!r} not found; found {sorted(raw)}")
     return raw
-
-
-MULTI30K_HINT = ("Multi30k: clone https://github.com/multi30k/dataset and pass its data/task1/raw folder with "
-                 "--dataset_name, or train on the Hub copy: --dataset_name bentrevett/multi30k --validation_split "
-                 "validation --test_split test")
-
-
-def _check_local_dataset(dataset_name: str | None) -> None:
-    """A dataset_name written as a path (./, ../, /, ~ or a folder that exists up to its last part) must exist:
-    say so, and where to get Multi30k, instead of asking the Hub for a dataset called '../shared/...'."""
-    if not dataset_name or os.path.isdir(os.path.expanduser(dataset_name)):
-        return
-    parent = os.path.dirname(os.path.expanduser(dataset_name))
-    if dataset_name.startswith((".", "/", "~")) or dataset_name.count("/") > 1 or (parent and os.path.isdir(parent)):
-        hint = f" {MULTI30K_HINT}." if "multi30k" in dataset_name.lower() else ""
-        raise FileNotFoundError(f"dataset_name {dataset_name}: no such folder.{hint}")
 
 
 def build_tokenizer_and_model(model_args, data_args, training_args, raw, resume_from):

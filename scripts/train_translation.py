@@ -62,7 +62,7 @@ def main(argv=None) -> dict:
 if __name__ == "__main__":
     try:
         main()
-    except (ValueError, FileNotFoundError) as error:  # bad arguments, data or checkpoints: refused before training
+    except (ValueError, OSError) as error:  # bad arguments, data, checkpoints or Hub ids: refused before training
         if os.environ.get("SCRATCH_TRANSFORMER_TRACEBACK"):  # set to see where it was raised
             raise
         sys.exit(f"train_translation.py: error: {error}")

@@ -27,10 +27,6 @@ class TranslateArguments:
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow the model's own code from the Hub."})
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-
-
 def _read_lines(path: str) -> list[str]:
     try:
         with open(path, encoding="utf-8-sig") as handle:  # -sig: drop a byte-order mark if an editor wrote one
@@ -42,56 +38,21 @@ def _read_lines(path: str) -> list[str]:
         raise SystemExit(f"--input_file {path}: cannot read it ({error.strerror or error})") from None
 
 
-def _model_folder_problem(folder: str) -> str | None:
-    """Why `folder` is not a trained model's folder, or None when it holds config, weights and tokenizer."""
-    missing = []
-    if not os.path.isfile(os.path.join(folder, "config.json")):
-        missing.append("config.json")
-    if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILES):
-        missing.append("weights (model.safetensors)")
-    if not any(os.path.isfile(os.path.join(folder, name)) for name in TOKENIZER_FILES):
-        missing.append("tokenizer files (tokenizer.json / tokenizer_config.json)")
-    if not missing:
-        return None
-    problem = f"the folder holds no trained model (no {', no '.join(missing)})"
-    checkpoints = sorted(name for name in os.listdir(folder) if name.startswith("checkpoint-"))
-    if checkpoints:
-        problem += f"; its checkpoints do, e.g. --model {os.path.join(folder, checkpoints[-1])}"
-    return problem + "; give the output folder of scripts/train_translation.py"
-
-
-def _looks_local(name: str) -> bool:
-    """A name read as a local path, never as a Hub id: absolute, ./ ../ ~, more than one '/', a backslash,
-    not a valid repo id, or 'a/b' where the folder 'a' exists here (outputs/multi30k_de_en)."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    if os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name:
-        return True
-    if "/" in name and os.path.isdir(name.split("/")[0]):
-        return True
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return True
-    return False
-
-
 def _check_model(parser, model: str, revision: str | None) -> dict:
     """Fail at once, naming --model, unless `model` is a trained model's folder or a reachable Hub model.
     Returns extra from_pretrained arguments (local_files_only when the Hub is unreachable but the cache has it)."""
+    from scratch_transformer.paths import looks_like_local_path, missing_path_message, model_folder_problem
+
     folder = os.path.expanduser(model)
     if os.path.isdir(folder):
-        problem = _model_folder_problem(folder)
+        problem = model_folder_problem(folder)
         if problem:
             parser.error(f"--model {model}: {problem}")
         return {}
     if os.path.exists(folder):
         parser.error(f"--model {model}: a file, not a model folder (give a trained model's folder or a Hub id)")
-    if _looks_local(model):
-        parent = model.split("/")[0]
-        why = f"; {parent}/ exists here, so this names a folder in it" if "/" in model and os.path.isdir(parent) else ""
-        parser.error(f"--model {model}: no such folder (give a trained model's folder or a Hub id{why})")
+    if looks_like_local_path(model):
+        parser.error(missing_path_message("--model", model))
 
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
@@ -124,11 +85,14 @@ def main(argv=None) -> list[str]:
         parser.error("give sentences as arguments or --input_file, not both")
     if args.num_beams is not None and args.num_beams < 1:
         parser.error(f"--num_beams must be >= 1, got {args.num_beams}")
-    if args.max_source_length < 1:
-        parser.error(f"--max_source_length must be >= 1, got {args.max_source_length}")
+    for name in ("batch_size", "max_source_length", "max_new_tokens"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.input_file and not os.path.isfile(args.input_file):
         what = "a folder, not a file" if os.path.isdir(args.input_file) else "no such file"
         parser.error(f"--input_file {args.input_file}: {what}")
+    if args.output_file and os.path.isdir(args.output_file):
+        parser.error(f"--output_file {args.output_file}: a folder, not a file")
     if args.output_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.output_file))):
         parser.error(f"--output_file {args.output_file}: its folder does not exist")
     load_kwargs = _check_model(parser, args.model, args.revision)
@@ -137,6 +101,7 @@ def main(argv=None) -> list[str]:
     elif not sentences:
         sentences = sys.stdin.read().removeprefix("\ufeff").splitlines()
 
+    from safetensors import SafetensorError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from scratch_transformer.inference import translate  # importing the package registers the model
@@ -145,7 +110,7 @@ def main(argv=None) -> list[str]:
         tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision, **load_kwargs)
         model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.revision,
                                                       trust_remote_code=args.trust_remote_code, **load_kwargs)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, SafetensorError) as error:  # SafetensorError: weights cut short or corrupt
         parser.error(f"--model {args.model}: cannot load it: {error}")
     translations = translate(model, tokenizer, sentences, batch_size=args.batch_size, num_beams=args.num_beams,
                              max_new_tokens=args.max_new_tokens, max_source_length=args.max_source_length,

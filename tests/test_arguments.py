@@ -40,10 +40,10 @@ def test_bad_data_arguments_are_refused(overrides, message):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"learning_rate": 0.0}, "learning_rate must be > 0, got 0.0"),
-    ({"learning_rate": float("nan")}, "learning_rate must be > 0, got nan"),
-    ({"max_train_minutes": -1.0}, "max_train_minutes must be > 0"),
-    ({"warmup_steps": -1}, "warmup_steps must be >= 0"),
+    ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0, got 0.0"),
+    ({"learning_rate": float("nan")}, "learning_rate must be a finite number > 0, got nan"),
+    ({"max_train_minutes": -1.0}, "max_train_minutes must be a finite number > 0"),
+    ({"warmup_steps": -1}, "warmup_steps must be a finite number >= 0"),
     ({"per_device_train_batch_size": 0}, "per_device_train_batch_size must be >= 1"),
     ({"per_device_eval_batch_size": 0}, "per_device_eval_batch_size must be >= 1"),
     ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps must be >= 1"),

@@ -9,7 +9,7 @@ damaged data are combined with a bad flag. Each run must either succeed (a tiny 
 training with a ValueError / FileNotFoundError / SystemExit whose message names the input (the flag, or the
 file's or folder's name), leaving no output folder behind (or a folder that existed exactly as it was) and having
 run no training step. A few cases run the scripts in a subprocess: no traceback, the last stderr line is the
-message. Cases that show a problem outside data.py are xfail(strict=True) with the reason.
+message. A case may be marked xfail(strict=True) with its reason while its fix is pending (none is today).
 """
 
 import bz2
@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from conftest import MULTI30K, REPO_ROOT, load_script
-from test_scale_out import snapshot, subprocess_env
-from test_translation import tiny_run_flags
+from helpers import snapshot, subprocess_env, tiny_run_flags
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore"),
@@ -243,10 +242,6 @@ class Case:
     xfail: str = ""
 
 
-def _xfail(reason):
-    return f"not in data.py: {reason}"
-
-
 # flag -> bad values; a refusal must name the flag
 BAD_FLAGS = {
     "learning_rate": [-1, 0, "nan"], "warmup_steps": [-5, "nan"], "max_train_minutes": [0, -1, "nan"],
@@ -255,7 +250,8 @@ BAD_FLAGS = {
     "max_train_samples": [0, -5], "max_eval_samples": [0], "max_predict_samples": [-1],
     "label_smoothing_factor": [1.5, "nan"], "vocab_size": [0, -5], "attn_implementation": ["bogus"],
 }
-XFAIL_FLAGS = {
+# flag values that were accepted or failed late before they were checked -> what happened then
+FIXED_FLAGS = {
     ("learning_rate", "inf"): "an infinite learning rate is accepted and training starts (arguments.py "
                               "TranslationTrainingArguments.__post_init__ checks `value > 0`, not finiteness)",
     ("warmup_steps", "inf"): "OverflowError: cannot convert float infinity to integer, in the scheduler after the "
@@ -274,7 +270,7 @@ XFAIL_FLAGS = {
                                     "of [...]' does not name --lr_scheduler_type (arguments.py __post_init__ could "
                                     "check the name first)",
 }
-EXTRA_XFAIL_FLAGS = {"num_train_epochs": {"max_steps": None}, "length_penalty": {"num_beams": 2}}
+EXTRA_FLAGS = {"num_train_epochs": {"max_steps": None}, "length_penalty": {"num_beams": 2}}
 
 CONFIG_OVERRIDES = {  # --config_overrides -> the name the refusal must give
     "d_modle=32,num_heads=2": "d_modle",
@@ -304,10 +300,9 @@ def _catalogue(rng):
     for (flag, values) in BAD_FLAGS.items():
         for value in values:
             cases[f"flag-{flag}={value}"] = Case((rng.choice(FORMS), None, None), {flag: value}, (flag,))
-    for (flag, value), reason in XFAIL_FLAGS.items():
+    for (flag, value), _problem in FIXED_FLAGS.items():
         cases[f"flag-{flag}={value}"] = Case((rng.choice(FORMS), None, None),
-                                             {flag: value, **EXTRA_XFAIL_FLAGS.get(flag, {})}, (flag,),
-                                             xfail=_xfail(reason))
+                                             {flag: value, **EXTRA_FLAGS.get(flag, {})}, (flag,))
     for overrides, name in CONFIG_OVERRIDES.items():
         cases[f"config_overrides-{overrides}"] = Case((rng.choice(FORMS), None, None),
                                                       {"config_overrides": overrides}, (name,))
@@ -327,31 +322,16 @@ def _catalogue(rng):
                                           setup="empty_folder"),
         "dataset_name-folder-without-val": Case(("folder", None, None), {"validation_split": "validation"},
                                                 ("validation",)),
-        "no-train_file-with-do_train": Case(("jsonl", None, None), {"train_file": None}, ("train_file",),
-                                            xfail=_xfail("refused with \"split 'train' not found; found ['test', "
-                                                         "'val']\", which does not say that --train_file is "
-                                                         "missing (translation.py load_data)")),
+        "no-train_file-with-do_train": Case(("jsonl", None, None), {"train_file": None}, ("train_file",)),
         "model_name_or_path-missing": Case(
             (rng.choice(FORMS), None, None), {"model_name_or_path": "{tmp}/no_such_model", "config_overrides": None},
-            ("no_such_model",), xfail=_xfail("OSError \"Repo id must be in the form 'repo_name' or "
-                                             "'namespace/repo_name': '.../no_such_model'\" from AutoTokenizer: not a "
-                                             "ValueError/FileNotFoundError, so the script prints a traceback, and it "
-                                             "comes after the data are loaded (translation.py "
-                                             "check_start: check a local --model_name_or_path like translate.py's "
-                                             "_check_model)")),
+            ("no_such_model",)),
         "model_name_or_path-not-a-model": Case(
-            ("folder", None, None), {"model_name_or_path": "{data}", "config_overrides": None}, ("model_name_or_path",),
-            xfail=_xfail("transformers' \"Couldn't instantiate the backend tokenizer from one of: (1) a `tokenizers` "
-                         "library serialization file, ...\" names neither --model_name_or_path nor the folder "
-                         "(translation.py check_start: check for config.json/weights/tokenizer first)")),
+            ("folder", None, None), {"model_name_or_path": "{data}", "config_overrides": None}, ("model_name_or_path",)),
         "tokenizer_name-missing": Case(
-            (rng.choice(FORMS), None, None), {"tokenizer_name": "{tmp}/no_such_tokenizer"}, ("no_such_tokenizer",),
-            xfail=_xfail("OSError \"Repo id must be in the form ...\" (script traceback) (translation.py "
-                         "check_start / _build_tokenizer)")),
+            (rng.choice(FORMS), None, None), {"tokenizer_name": "{tmp}/no_such_tokenizer"}, ("no_such_tokenizer",)),
         "config_name-missing": Case(
-            (rng.choice(FORMS), None, None), {"config_name": "{tmp}/no_such_config.json"}, ("no_such_config",),
-            xfail=_xfail("OSError \"Repo id must be in the form ...\" (script traceback) (translation.py "
-                         "check_start / _build_model)")),
+            (rng.choice(FORMS), None, None), {"config_name": "{tmp}/no_such_config.json"}, ("no_such_config",)),
         "resume_from_checkpoint-a-file": Case((rng.choice(FORMS), None, None),
                                               {"resume_from_checkpoint": "{tmp}/notes.txt"}, ("notes.txt",),
                                               setup="notes"),
@@ -360,11 +340,7 @@ def _catalogue(rng):
         "resume_from_checkpoint-finished-model": Case((rng.choice(FORMS), None, None),
                                                       {"resume_from_checkpoint": "{model}"}, ("finished_model",),
                                                       setup="finished_model"),
-        "output_dir-a-file": Case((rng.choice(FORMS), None, None), names=("output_dir",), setup="out_file",
-                                  xfail=_xfail("--output_dir naming an existing file passes every check; after the "
-                                               "data are loaded and tokenised, Trainer.__init__'s os.makedirs raises "
-                                               "FileExistsError (not caught by the script: a traceback) "
-                                               "(checkpoints.py resume_checkpoint_in: refuse a non-folder)")),
+        "output_dir-a-file": Case((rng.choice(FORMS), None, None), names=("output_dir",), setup="out_file"),
         "output_dir-not-empty": Case((rng.choice(FORMS), None, None), names=("output_dir",), setup="out_notes"),
         "output_dir-existing-empty+bad-data": Case(("csv", "bad_syntax", "val"), names=("<data>",),
                                                    setup="out_empty"),
@@ -544,7 +520,6 @@ def test_translate_script_prints_the_refusal_without_traceback(script_runs, key,
 
 
 def _translate_cases():
-    pending = "translate.py is being fixed by another engineer: "
     return {
         # name: (argv after --model, names; empty = must succeed, setup, xfail)
         "ok-sentences": (["--num_beams", "1", "Ein Hund.", "Zwei Männer."], (), "", ""),
@@ -554,10 +529,7 @@ def _translate_cases():
         "model-without-weights": (["Ein Hund."], ("only_config",), "model:{tmp}/only_config", ""),
         "model-a-file": (["Ein Hund."], ("a_file.txt",), "model:{tmp}/a_file.txt", ""),
         "model-corrupt-config": (["Ein Hund."], ("corrupt_config",), "model:{tmp}/corrupt_config", ""),
-        "model-truncated-weights": (["Ein Hund."], ("cut_weights",), "model:{tmp}/cut_weights",
-                                    pending + "a truncated model.safetensors gives safetensors' SafetensorError "
-                                              "(a traceback, not naming --model) (translate.py: catch it beside "
-                                              "OSError/ValueError when loading)"),
+        "model-truncated-weights": (["Ein Hund."], ("cut_weights",), "model:{tmp}/cut_weights", ""),
         "input_file-missing": (["--input_file", "{tmp}/nope.txt"], ("nope.txt",), "", ""),
         "input_file-a-folder": (["--input_file", "{tmp}"], ("--input_file",), "", ""),
         "input_file-latin1": (["--input_file", "{tmp}/latin1.txt"], ("latin1.txt",), "latin1", ""),
@@ -565,32 +537,17 @@ def _translate_cases():
         "input_file-binary": (["--input_file", "{tmp}/binary.txt", "--output_file", "{tmp}/out.txt"],
                               ("binary.txt",), "binary", ""),
         "input_file-and-sentences": (["--input_file", "{tmp}/empty.txt", "Ein Hund."], ("--input_file",), "empty", ""),
-        "batch_size-0": (["--batch_size", "0", "Ein Hund."], ("batch_size",), "",
-                         pending + "--batch_size 0 reaches translate(), whose ValueError 'batch_size must be >= 1' "
-                                   "is a traceback from the script, after the model is loaded (translate.py: "
-                                   "parser.error for --batch_size < 1, like --num_beams)"),
-        "batch_size--2": (["--batch_size", "-2", "Ein Hund."], ("batch_size",), "",
-                          pending + "as --batch_size 0 (ValueError from translate(), traceback)"),
+        "batch_size-0": (["--batch_size", "0", "Ein Hund."], ("batch_size",), "", ""),
+        "batch_size--2": (["--batch_size", "-2", "Ein Hund."], ("batch_size",), "", ""),
         "batch_size-not-a-number": (["--batch_size", "many", "Ein Hund."], ("--batch_size",), "", ""),
         "num_beams-0": (["--num_beams", "0", "Ein Hund."], ("--num_beams",), "", ""),
         "num_beams--3": (["--num_beams", "-3", "Ein Hund."], ("--num_beams",), "", ""),
-        "max_new_tokens-0": (["--max_new_tokens", "0", "Ein Hund."], ("max_new_tokens",), "",
-                             pending + "--max_new_tokens 0 is not checked: generate() fails or returns nothing "
-                                       "(translate.py: parser.error for --max_new_tokens < 1)"),
+        "max_new_tokens-0": (["--max_new_tokens", "0", "Ein Hund."], ("max_new_tokens",), "", ""),
         "max_source_length-0": (["--max_source_length", "0", "Ein Hund."], ("--max_source_length",), "", ""),
         "output_file-missing-folder": (["--output_file", "{tmp}/no/out.txt", "Ein Hund."], ("--output_file",), "", ""),
-        "output_file-a-folder": (["--output_file", "{tmp}", "Ein Hund."], ("--output_file",), "",
-                                 pending + "--output_file naming a folder passes the check, the model translates, "
-                                           "then open() raises IsADirectoryError (traceback) (translate.py: refuse "
-                                           "it with the missing-folder check)"),
+        "output_file-a-folder": (["--output_file", "{tmp}", "Ein Hund."], ("--output_file",), "", ""),
         "unknown-flag": (["--beams", "4", "Ein Hund."], ("--beams",), "", ""),
-        "sentence-longer-than-the-model": ([" ".join(["Ein Hund läuft über die Wiese."] * 12)], (), "",
-                                           pending + "a sentence of more tokens than the model's "
-                                                     "max_position_embeddings (64 here) but fewer than the default "
-                                                     "--max_source_length 256 fails in the model with 'ValueError: "
-                                                     "sequence of N positions exceeds max_position_embeddings=64' "
-                                                     "(a traceback) (translate.py / inference.translate: cap "
-                                                     "max_source_length at the model's max_position_embeddings)"),
+        "sentence-longer-than-the-model": ([" ".join(["Ein Hund läuft über die Wiese."] * 12)], (), "", ""),
         "latin1+bad-beams": (["--input_file", "{tmp}/latin1.txt", "--num_beams", "0"], ("--num_beams", "latin1.txt"),
                              "latin1", ""),
     }

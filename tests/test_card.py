@@ -6,13 +6,10 @@ import re
 
 import pytest
 from conftest import REPO_ROOT
-from test_hub_flows import PULL_SCRIPT, hf_subprocess_env, run_python  # the remote-code process of the Hub tests
+from helpers import BLOCKED_PREFIX, hf_subprocess_env, run_python  # the remote-code process of the Hub tests
 
 SOURCE = 'Er sagt "Hallo" und geht \\ nach Hause.'  # quotes and a backslash must not break the printed code
 
-# The Hub tests' pull script up to the point where it has made scratch_transformer unimportable (its block
-# finder and sys.path filter, which read sys.argv[1:5]); the card's snippets run after it.
-BLOCKED_PREFIX = PULL_SCRIPT[: PULL_SCRIPT.index("try:\n    import scratch_transformer")]
 
 RUN_SNIPPETS = '''
 import builtins

@@ -12,82 +12,27 @@ import hashlib
 import json
 import os
 import socket
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import MULTI30K, REPO_ROOT, load_script
+from conftest import MULTI30K, REPO_ROOT
+from helpers import BLOCKED_PREFIX, GUARD_SOURCE, TINY, common_flags, hf_subprocess_env, run_python, train_translation
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 REPO_ID = "user/pushtest-tiny"
 API_REPO_ID = "user/pushtest-api"
 DATASET_REPO_ID = "user/pushtest-multi30k"
-TINY = "d_model=64,num_heads=4,encoder_layers=2,decoder_layers=2,d_ff=128,dropout=0.0"
 SENTENCES = ["Ein Hund läuft.", "Zwei Männer spielen Fußball auf einer Wiese.", "Eine Frau sitzt auf einer Bank."]
 PIPELINE_SENTENCE = "Ein Hund läuft."
 DATA_SPLITS = ["train", "val", "test_2016_flickr"]
 DATA_CAPS = {"train": 200, "val": 20, "test_2016_flickr": 20}
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain")
-HF_VARS = ("HF_ENDPOINT", "HF_TOKEN", "HF_HUB_DISABLE_XET", "HF_HUB_DISABLE_TELEMETRY", "NO_PROXY", "no_proxy")
 
 
 # --------------------------------------------------------------------------------------
 # a guard against any traffic that would leave the machine (this process; subprocesses carry their own)
 # --------------------------------------------------------------------------------------
-
-GUARD_SOURCE = '''
-import ipaddress as _ipaddress
-import socket as _socket
-import traceback as _traceback
-
-OUTSIDE = []
-_real_connect = _socket.socket.connect
-_real_getaddrinfo = _socket.getaddrinfo
-
-
-def _is_loopback(host):
-    if isinstance(host, bytes):
-        host = host.decode()
-    if host is None or host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return _ipaddress.ip_address(str(host).split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def _caller():
-    """Where the attempt came from (the innermost frames outside the socket module), for the failure message."""
-    frames = [f for f in _traceback.extract_stack()[:-2] if not f.filename.endswith("socket.py")]
-    return " <- ".join(f"{f.filename}:{f.lineno}" for f in frames[-6:][::-1])
-
-
-def _guarded_connect(self, address):
-    if self.family in (_socket.AF_INET, _socket.AF_INET6) and not _is_loopback(address[0]):
-        OUTSIDE.append(["connect", str(address[0]), _caller()])
-        raise OSError(f"test guard: connection to non-loopback address {address} refused")
-    return _real_connect(self, address)
-
-
-def _guarded_getaddrinfo(host, *args, **kwargs):
-    if not _is_loopback(host):
-        OUTSIDE.append(["getaddrinfo", str(host), _caller()])
-        raise _socket.gaierror(f"test guard: name lookup of non-loopback host {host!r} refused")
-    return _real_getaddrinfo(host, *args, **kwargs)
-
-
-def install_guard():
-    _socket.socket.connect = _guarded_connect
-    _socket.getaddrinfo = _guarded_getaddrinfo
-
-
-def remove_guard():
-    _socket.socket.connect = _real_connect
-    _socket.getaddrinfo = _real_getaddrinfo
-'''
 
 _guard = {}
 exec(compile(GUARD_SOURCE, "<loopback guard>", "exec"), _guard)
@@ -105,22 +50,6 @@ def loopback_only():
 # --------------------------------------------------------------------------------------
 
 
-train_translation = load_script("train_translation")
-
-
-def flags(output_dir, **extra):
-    values = {
-        "output_dir": str(output_dir), "per_device_train_batch_size": 32, "per_device_eval_batch_size": 64,
-        "logging_steps": 5, "save_steps": 20, "save_total_limit": 3, "seed": 0, "disable_tqdm": True,
-        "max_source_length": 40, "max_target_length": 40, "dataloader_num_workers": 0, "report_to": "none",
-    }
-    values.update(extra)
-    argv = []
-    for key, value in values.items():
-        argv += [f"--{key}", str(value)]
-    return argv
-
-
 def folder_digest(folder: Path) -> dict:
     """Relative path -> sha256 of every file (and '<dir>' for every folder) under `folder`."""
     digest = {}
@@ -128,26 +57,6 @@ def folder_digest(folder: Path) -> dict:
         rel = path.relative_to(folder).as_posix()
         digest[rel] = "<dir>" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
     return digest
-
-
-def hf_subprocess_env(hf_home: Path, **overrides) -> dict:
-    """A minimal environment: PATH and the HF_* variables of this process, a new HF_HOME, no PYTHONPATH."""
-    env = {name: os.environ[name] for name in ("PATH", "HOME", "TMPDIR", "LANG") if name in os.environ}
-    env.update({name: os.environ[name] for name in HF_VARS if name in os.environ})
-    env.update(HF_HOME=str(hf_home), OMP_NUM_THREADS="1", PYTHONIOENCODING="utf-8", TOKENIZERS_PARALLELISM="false")
-    env.update(overrides)
-    return env
-
-
-def run_python(script: str, args: list, env: dict, cwd: Path, timeout: float = 300) -> dict:
-    """Run a script (with the loopback guard prepended) in a fresh interpreter; returns its RESULT json."""
-    path = Path(cwd) / "script.py"
-    path.write_text(GUARD_SOURCE + "\ninstall_guard()\n" + textwrap.dedent(script), encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(path), *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          text=True, encoding="utf-8", timeout=timeout)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return json.loads(lines[-1][len("RESULT "):])
 
 
 def translate(model, tokenizer, sentences, **generate_kwargs):
@@ -180,7 +89,7 @@ def pushed_run(hub_server, tmp_path_factory):
     if not MULTI30K.is_dir():
         pytest.skip("Multi30k not found beside the repo")
     output_dir = tmp_path_factory.mktemp("pushtest") / "run"
-    argv = flags(
+    argv = common_flags(
         output_dir, dataset_name=MULTI30K, validation_split="val", test_split="test_2016_flickr",
         max_train_samples=1500, max_eval_samples=20, max_predict_samples=20, config_overrides=TINY,
         vocab_size=1000, max_steps=60, warmup_steps=20, learning_rate=3e-3, eval_strategy="no",
@@ -202,25 +111,7 @@ def local_model(pushed_run):
     return model, tokenizer
 
 
-PULL_SCRIPT = '''
-import json
-import os
-import sys
-
-
-class BlockScratchTransformer:
-    """A meta-path finder that makes this package unimportable, however it is installed."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name == "scratch_transformer" or name.startswith("scratch_transformer."):
-            raise ImportError(f"{name} is blocked in this process")
-        return None
-
-
-repo_root, repo_id, sentences, pipeline_sentence = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
-sys.meta_path.insert(0, BlockScratchTransformer())
-sys.path[:] = [p for p in sys.path if p not in ("", ".") and os.path.realpath(p) != os.path.realpath(repo_root)]
-try:
+PULL_SCRIPT = BLOCKED_PREFIX + '''try:
     import scratch_transformer  # noqa: F401
 except ImportError:
     package_importable = False
@@ -451,7 +342,7 @@ def test_dataset_push_load_and_train(api, hub_server, tmp_path, monkeypatch):
 
     seen = len(hub_server.requests)
     output_dir = tmp_path / "from_hub_dataset"
-    results = train_translation.main(flags(
+    results = train_translation.main(common_flags(
         output_dir, dataset_name=DATASET_REPO_ID, validation_split="val", test_split="test_2016_flickr",
         max_train_samples=100, max_eval_samples=8, max_predict_samples=8, config_overrides=TINY, vocab_size=300,
         max_steps=3, warmup_steps=2, learning_rate=1e-3, num_beams=1, average_last_checkpoints=0,
@@ -483,7 +374,7 @@ def test_malformed_hub_id_fails_before_training(bad_id, hub_server, tmp_path, mo
     output_dir = tmp_path / "never_written"
     seen = len(hub_server.requests)
     with pytest.raises(ValueError) as excinfo:
-        train_translation.main(flags(output_dir, dataset_name=MULTI30K, validation_split="val",
+        train_translation.main(common_flags(output_dir, dataset_name=MULTI30K, validation_split="val",
                                      test_split="test_2016_flickr", config_overrides=TINY, max_steps=2,
                                      push_to_hub=True, hub_model_id=bad_id))
     assert repr(bad_id) in str(excinfo.value) or bad_id in str(excinfo.value)

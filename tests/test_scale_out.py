@@ -3,7 +3,6 @@ two processes (gloo, through `accelerate launch` and `torchrun`) against one, bf
 after SIGKILL (also past half-written checkpoints), and bad inputs that must fail before anything is written.
 """
 
-import hashlib
 import json
 import logging
 import os
@@ -19,7 +18,7 @@ import pytest
 import torch
 from conftest import MULTI30K, REPO_ROOT
 from safetensors.torch import load_file
-from test_translation import TINY, common_flags, train_translation
+from helpers import TINY, common_flags, snapshot, subprocess_env, train_translation
 
 from scratch_transformer.checkpoints import is_complete_checkpoint, is_complete_safetensors, last_complete_checkpoint
 
@@ -56,13 +55,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def subprocess_env(**extra):
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    return env
 
 
 def run_command(args, log_path, timeout=300, **env):
@@ -111,11 +103,6 @@ def assert_same_weights(folder_a, folder_b, skip=(), **tolerance):
 
 def files_of(folder):
     return {str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()}
-
-
-def snapshot(folder):
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 # ---------------------------------------------------------------- 1 process vs 2 processes (a)

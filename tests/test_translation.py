@@ -6,26 +6,12 @@ import shutil
 import pytest
 import yaml
 from conftest import MULTI30K, load_script
+from helpers import TINY, common_flags, tiny_run_flags, train_translation
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-TINY = "d_model=64,num_heads=4,encoder_layers=2,decoder_layers=2,d_ff=128,dropout=0.0"
 
 
-train_translation = load_script("train_translation")
-
-
-def common_flags(output_dir, **extra):
-    flags = {
-        "output_dir": str(output_dir), "per_device_train_batch_size": 32, "per_device_eval_batch_size": 64,
-        "logging_steps": 5, "save_steps": 20, "save_total_limit": 3, "seed": 0, "disable_tqdm": True,
-        "max_source_length": 40, "max_target_length": 40, "dataloader_num_workers": 0,
-    }
-    flags.update(extra)
-    argv = []
-    for key, value in flags.items():
-        argv += [f"--{key}", str(value)]
-    return argv
 
 
 @pytest.fixture(scope="module")
@@ -141,50 +127,6 @@ def test_memorisation_reaches_bleu_above_90(tmp_path):
     )
     results = train_translation.main(argv)
     assert results["test_bleu"] > 90, results["examples"]
-
-
-def _batch_max_lengths(indices, lengths, batch_size):
-    return [max(lengths[i] for i in indices[k : k + batch_size]) for k in range(0, len(indices), batch_size)]
-
-
-def _sweep_correlation(batch_max, run=50):
-    """Mean Pearson correlation between a batch's position within each run of `run` batches and its length."""
-    import torch
-
-    corrs = []
-    for k in range(0, len(batch_max) - run + 1, run):
-        y = torch.tensor(batch_max[k : k + run], dtype=torch.float64)
-        x = torch.arange(run, dtype=torch.float64)
-        corrs.append(torch.corrcoef(torch.stack([x, y]))[0, 1].item())
-    return sum(corrs) / len(corrs)
-
-
-def test_length_grouped_sampler_groups_lengths_but_shuffles_batch_order():
-    """Batches hold similar lengths (little padding) but come in random order, not in HF's 50-batch
-    sweeps from long to short, and the order is a function of (seed, epoch) only."""
-    import torch
-    from transformers.trainer_pt_utils import LengthGroupedSampler
-
-    from scratch_transformer.trainer import EpochSeededLengthGroupedSampler
-
-    generator = torch.Generator().manual_seed(0)
-    lengths = torch.randint(3, 41, (29000,), generator=generator).tolist()
-    batch_size = 128
-    sampler = EpochSeededLengthGroupedSampler(batch_size, dataset=None, lengths=lengths, seed=42)
-    indices = list(sampler)
-    assert sorted(indices) == list(range(len(lengths)))
-    assert indices == list(sampler)  # same (seed, epoch): same order
-    sampler.set_epoch(1)
-    assert indices != list(sampler)
-
-    ours = _batch_max_lengths(indices, lengths, batch_size)
-    assert ours[0] == max(lengths)  # the longest batch first, so memory errors show at once
-    padding = sum(m * min(batch_size, len(lengths) - k * batch_size) for k, m in enumerate(ours)) / sum(lengths) - 1
-    assert padding < 0.05  # uniform lengths 3..40: random batches would pad ~80%
-    assert abs(_sweep_correlation(ours)) < 0.2
-
-    stock = LengthGroupedSampler(batch_size, lengths=lengths, generator=torch.Generator().manual_seed(42))
-    assert _sweep_correlation(_batch_max_lengths(list(stock), lengths, batch_size)) < -0.9  # HF's sweep
 
 
 translate_script = load_script("translate")
@@ -327,22 +269,14 @@ def test_evaluation_into_a_new_folder_writes_results_but_no_card(multi30k_run, t
 # ---------------------------------------------------------------- refused before training, nothing left behind
 
 
-def tiny_run_flags(output_dir, **extra):
-    """Flags of a 2-step run of a tiny model; `extra` adds or replaces flags, a value of None drops one."""
-    values = {"dataset_name": MULTI30K, "validation_split": "val", "test_split": "test_2016_flickr",
-              "max_train_samples": 64, "max_eval_samples": 8, "max_predict_samples": 8, "config_overrides": TINY,
-              "vocab_size": 300, "max_steps": 2, "average_last_checkpoints": 0, **extra}
-    return common_flags(output_dir, **{key: value for key, value in values.items() if value is not None})
-
-
 @pytest.mark.parametrize("extra, message", [
     ({"num_beams": 1, "length_penalty": 1.2}, r"--num_beams 1 --length_penalty 1.2 .*only used in beam-based"),
     ({"max_target_length": 0}, "max_target_length must be >= 1 token, got 0"),
     ({"max_source_length": -3}, "max_source_length must be >= 1 token, got -3"),
-    ({"learning_rate": -1}, "learning_rate must be > 0, got -1"),
-    ({"learning_rate": "nan"}, "learning_rate must be > 0, got nan"),
-    ({"max_train_minutes": 0}, "max_train_minutes must be > 0, got 0"),
-    ({"warmup_steps": -5}, "warmup_steps must be >= 0, got -5"),
+    ({"learning_rate": -1}, "learning_rate must be a finite number > 0, got -1"),
+    ({"learning_rate": "nan"}, "learning_rate must be a finite number > 0, got nan"),
+    ({"max_train_minutes": 0}, "max_train_minutes must be a finite number > 0, got 0"),
+    ({"warmup_steps": -5}, "warmup_steps must be a finite number >= 0, got -5"),
     ({"label_smoothing_factor": 1.5}, r"label_smoothing_factor must be in \[0, 1\), got 1.5"),
     ({"max_eval_samples": 0}, "max_eval_samples must be >= 1"),
 ])
@@ -399,7 +333,8 @@ def test_script_prints_a_refusal_without_traceback(tmp_path):
     done = subprocess.run([sys.executable, REPO_ROOT / "scripts" / "train_translation.py",
                            *tiny_run_flags(out, learning_rate=-1)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == "train_translation.py: error: learning_rate must be > 0, got -1.0"
+    expected = "train_translation.py: error: learning_rate must be a finite number > 0, got -1.0"
+    assert done.stderr.strip().splitlines()[-1] == expected
     assert "Traceback" not in done.stderr and not out.exists()
 
 
@@ -518,6 +453,6 @@ def test_the_shipped_config_parses_with_a_half_budget(tmp_path):
 
 def test_a_missing_multi30k_folder_says_where_to_get_it(tmp_path):
     out = tmp_path / "run"
-    with pytest.raises(FileNotFoundError, match=r"no such folder.*github.com/multi30k/dataset.*bentrevett/multi30k"):
+    with pytest.raises(FileNotFoundError, match=r"does not exist.*github.com/multi30k/dataset.*bentrevett/multi30k"):
         train_translation.main(tiny_run_flags(out, dataset_name=str(tmp_path / "shared" / "data" / "multi30k" / "raw")))
     assert not out.exists()

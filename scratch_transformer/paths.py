@@ -1,0 +1,58 @@
+"""Local path or Hub id: one rule for every name a user gives (a model, tokenizer, config or dataset), and what
+a folder lacks to be a trained model. A name read as a local path that does not exist fails at once, naming
+the argument, instead of becoming a Hub request (network retries, then a traceback about huggingface.co)."""
+
+import os
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def local_parent(name: str) -> str | None:
+    """For `owner/name`: `owner` when a local folder of that name exists here (`outputs/run`), else None."""
+    parent = name.split("/")[0] if name.count("/") == 1 else ""
+    return parent if parent and os.path.isdir(os.path.expanduser(parent)) else None
+
+
+def looks_like_local_path(name: str) -> bool:
+    """A name read as a local path, never as a Hub id: absolute, ./ ../ ~, more than one '/', a backslash,
+    not a valid repo id, or 'a/b' where the folder 'a' exists here (outputs/multi30k_de_en)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name:
+        return True
+    if local_parent(name):
+        return True
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return True
+    return False
+
+
+def missing_path_message(flag: str, name: str, what: str = "a trained model's folder or a Hub id") -> str:
+    parent = local_parent(name)
+    why = f"; {parent}/ exists here, so this names a folder in it" if parent else ""
+    return f"{flag} {name}: no such folder (give {what}{why})"
+
+
+def model_folder_problem(folder: str, flag: str = "--model", needs_tokenizer: bool = True) -> str | None:
+    """Why `folder` is not a trained model's folder, or None when it holds config, weights and (if asked)
+    tokenizer files; names the newest checkpoint-N inside it when there is one."""
+    missing = []
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        missing.append("config.json")
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILES):
+        missing.append("weights (model.safetensors)")
+    if needs_tokenizer and not any(os.path.isfile(os.path.join(folder, name)) for name in TOKENIZER_FILES):
+        missing.append("tokenizer files (tokenizer.json / tokenizer_config.json)")
+    if not missing:
+        return None
+    problem = f"the folder holds no trained model (no {', no '.join(missing)})"
+    checkpoints = sorted((name for name in os.listdir(folder) if name.startswith("checkpoint-")),
+                         key=lambda name: int(name.split("-")[-1]) if name.split("-")[-1].isdigit() else -1)
+    if checkpoints:
+        problem += f"; its checkpoints do, e.g. {flag} {os.path.join(folder, checkpoints[-1])}"
+    return problem + "; give the output folder of scripts/train_translation.py"

@@ -139,11 +139,23 @@ def write_data(root, form, damage=None, damaged="train"):
     return flags, names
 
 
+ENCODING_DAMAGES = ("latin1", "utf16", "binary")
+
+
+def _encoded(text, damage):
+    """The bytes of a file damaged in its encoding: latin-1, UTF-16, or random bytes."""
+    if damage == "latin1":
+        return text.encode("latin-1")
+    if damage == "utf16":
+        return text.encode("utf-16")
+    return random.Random(7).randbytes(300)
+
+
 def _write_folder_split(root, form, split, rows, damage):
     """Write {split}.{lang}[.gz] for each language of rows, `damage` applied; returns the names a refusal must give."""
     gz = form == "folder_gz"
     langs = sorted({lang for row in rows for lang in row}, key=lambda lang: (lang not in LANGS, lang))
-    hit = "de" if damage in ("latin1", "utf16", "binary") else langs[-1]  # the damaged side
+    hit = "de" if damage in ENCODING_DAMAGES else langs[-1]  # the damaged side
     names = []
     for lang in langs:
         name = f"{split}.{lang}{SUFFIX[form]}"
@@ -160,12 +172,8 @@ def _write_folder_split(root, form, split, rows, damage):
             names[-1] = f"{split}.en"
         elif lang != hit or damage in (None, "one_column", "only_empty"):
             pass
-        elif damage == "latin1":
-            data = text.encode("latin-1")
-        elif damage == "utf16":
-            data = text.encode("utf-16")
-        elif damage == "binary":
-            data = random.Random(7).randbytes(300)
+        elif damage in ENCODING_DAMAGES:
+            data = _encoded(text, damage)
         elif damage == "mismatched":
             data = "".join(row[lang] + "\n" for row in rows[:-1]).encode("utf-8")
         elif damage == "bom_crlf":
@@ -210,14 +218,8 @@ def _write_file_split(root, form, split, rows, damage):
         else:
             lines[2] = '{"translation": {"de": "kaputt"'
             text = "\n".join(lines)
-    data = text.encode("utf-8")
-    if damage == "latin1":
-        data = text.encode("latin-1")
-    elif damage == "utf16":
-        data = text.encode("utf-16")
-    elif damage == "binary":
-        data = random.Random(7).randbytes(300)
-    elif damage == "bom_crlf":
+    data = _encoded(text, damage) if damage in ENCODING_DAMAGES else text.encode("utf-8")
+    if damage == "bom_crlf":
         data = ("\ufeff" + text.replace("\n", "\r\n")).encode("utf-8")
     _write(path, data, gz and damage != "not_gzip")
     if damage == "truncated_gz":

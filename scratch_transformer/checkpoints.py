@@ -116,6 +116,11 @@ def check_resume_checkpoint(checkpoint: str, model=None, needs_tokenizer: bool =
     """A checkpoint to resume must be complete (and, given the model, match it); raise naming the path and field.
 
     Called before anything is loaded from it, and again with the model once it is built.
+
+    Raises:
+        ValueError: a missing file (config.json, model.safetensors, trainer_state.json, tokenizer.json when
+            needed), no optimizer/scheduler state (a finished model), JSON that does not parse, truncated
+            weights, or an architecture field that differs from the model's.
     """
     needed = ["config.json", "model.safetensors", "trainer_state.json"]
     needed += ["tokenizer.json"] if needs_tokenizer else []
@@ -155,6 +160,13 @@ def resume_checkpoint_in(training_args) -> str | None:
 
     Only looks: half-written checkpoints are removed later, by `remove_incomplete_checkpoints`, once
     every check has passed (a failing start leaves the folder as it was).
+
+    Returns:
+        the checkpoint folder to resume from, or None for a fresh start.
+    Raises:
+        ValueError: output_dir is a file; resume_from_checkpoint is not a folder; an evaluation-only run into a
+            folder with files (without overwrite_output_dir); a training run into a non-empty folder without a
+            checkpoint.
     """
     if os.path.exists(training_args.output_dir) and not os.path.isdir(training_args.output_dir):
         raise ValueError(f"output_dir {training_args.output_dir} is a file, not a folder: choose another --output_dir")

@@ -33,6 +33,7 @@ def looks_like_local_path(name: str) -> bool:
 
 
 def missing_path_message(flag: str, name: str, what: str = "a trained model's folder or a Hub id") -> str:
+    """The refusal for a local-looking `name` given to `flag` that does not exist (says why it is read as a path)."""
     parent = local_parent(name)
     why = f"; {parent}/ exists here, so this names a folder in it" if parent else ""
     return f"{flag} {name}: no such folder (give {what}{why})"

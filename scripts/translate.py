@@ -4,6 +4,10 @@ Examples:
     python scripts/translate.py --model outputs/multi30k_de_en "Ein Hund rennt über die Wiese."
     python scripts/translate.py --model outputs/multi30k_de_en --input_file de.txt --output_file en.txt
     echo "Zwei Kinder spielen im Sand." | python scripts/translate.py --model user/scratch-de-en --trust_remote_code
+    python scripts/translate.py --engine ctranslate2 --model outputs/ct2_int8 --input_file de.txt
+
+`--engine ctranslate2` translates with a folder written by scripts/export_ctranslate2.py (same options, same
+output); `--compute_type` and `--threads` tune that engine.
 """
 
 import os
@@ -25,6 +29,12 @@ class TranslateArguments:
         "help": "Longer sources are truncated to this many tokens (a warning says how many)."})
     revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit id)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow the model's own code from the Hub."})
+    engine: str = field(default="torch", metadata={
+        "help": "torch (the model's generate()) or ctranslate2 (a folder from scripts/export_ctranslate2.py).",
+        "choices": ["torch", "ctranslate2"]})
+    compute_type: str = field(default="default", metadata={
+        "help": "ctranslate2 only: int8, int8_float32, float32, ... (default: the type the folder was saved in)."})
+    threads: int = field(default=0, metadata={"help": "ctranslate2 only: threads per batch (0: all cores)."})
 
 
 def _read_lines(path: str) -> list[str]:
@@ -74,6 +84,29 @@ def _check_model(parser, model: str, revision: str | None) -> dict:
     return {}
 
 
+def _check_ctranslate2_folder(parser, model: str, revision: str | None) -> str:
+    """The local folder of a CTranslate2 conversion (downloaded first for a Hub id); parser.error otherwise."""
+    from scratch_transformer.ctranslate2_engine import ENGINE_FILE
+    from scratch_transformer.paths import looks_like_local_path, missing_path_message
+
+    folder = os.path.expanduser(model)
+    if not os.path.isdir(folder):
+        if os.path.exists(folder) or looks_like_local_path(model):
+            parser.error(missing_path_message("--model", model) if not os.path.exists(folder)
+                         else f"--model {model}: a file, not a folder")
+        from huggingface_hub import snapshot_download
+
+        try:
+            folder = snapshot_download(model, revision=revision)
+        except Exception as error:  # not found, no connection
+            parser.error(f"--model {model}: no such local folder, and it cannot be downloaded from the Hub "
+                         f"({type(error).__name__}: {error})")
+    if not os.path.isfile(os.path.join(folder, ENGINE_FILE)):
+        parser.error(f"--model {model}: not a CTranslate2 folder (no {ENGINE_FILE}); convert a trained model "
+                     f"first: python scripts/export_ctranslate2.py --model {model} --output_dir {model}_ct2")
+    return folder
+
+
 def main(argv=None) -> list[str]:
     argv = sys.argv[1:] if argv is None else argv
     parser = HfArgumentParser(TranslateArguments)
@@ -95,7 +128,10 @@ def main(argv=None) -> list[str]:
         parser.error(f"--output_file {args.output_file}: a folder, not a file")
     if args.output_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.output_file))):
         parser.error(f"--output_file {args.output_file}: its folder does not exist")
-    load_kwargs = _check_model(parser, args.model, args.revision)
+    if args.engine == "ctranslate2":
+        model_folder = _check_ctranslate2_folder(parser, args.model, args.revision)
+    else:
+        load_kwargs = _check_model(parser, args.model, args.revision)
     if args.input_file:
         sentences = _read_lines(args.input_file)
     elif not sentences:
@@ -107,10 +143,18 @@ def main(argv=None) -> list[str]:
     from scratch_transformer.inference import translate  # importing the package registers the model
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision, **load_kwargs)
-        model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.revision,
-                                                      trust_remote_code=args.trust_remote_code, **load_kwargs)
-    except (OSError, ValueError, SafetensorError) as error:  # SafetensorError: weights cut short or corrupt
+        if args.engine == "ctranslate2":
+            from scratch_transformer.ctranslate2_engine import CTranslate2Model
+
+            tokenizer = AutoTokenizer.from_pretrained(model_folder)
+            model = CTranslate2Model.from_pretrained(model_folder, compute_type=args.compute_type,
+                                                     intra_threads=args.threads)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision, **load_kwargs)
+            model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.revision,
+                                                          trust_remote_code=args.trust_remote_code, **load_kwargs)
+    except (OSError, ValueError, RuntimeError, ImportError, SafetensorError) as error:
+        # SafetensorError: weights cut short or corrupt; RuntimeError: CTranslate2 cannot read its files
         parser.error(f"--model {args.model}: cannot load it: {error}")
     translations = translate(model, tokenizer, sentences, batch_size=args.batch_size, num_beams=args.num_beams,
                              max_new_tokens=args.max_new_tokens, max_source_length=args.max_source_length,

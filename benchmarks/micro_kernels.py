@@ -3,7 +3,7 @@
 
 Linear layers at inference: F.linear (MKL sgemm) against oneDNN's `_linear_pointwise`, for the
 products of the small benchmark size (decoding step: 64 rows; beam 4: 256 rows; encoder: 1536 rows).
-`ScratchTransformerLinear` uses oneDNN from `min_onednn_macs` multiply-adds up.
+`linear(layer, x)` uses oneDNN from `MIN_ONEDNN_MACS` multiply-adds up.
 
 Usage: python -m benchmarks.micro_kernels [--threads 2]   (the package installed, as README's set-up does)
 """
@@ -14,7 +14,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from scratch_transformer.kernels_scratch_transformer import _ONEDNN_LINEAR, ScratchTransformerLinear
+from scratch_transformer.kernels_scratch_transformer import _ONEDNN_LINEAR, MIN_ONEDNN_MACS
 
 
 def median_us(fn, calls: int, rounds: int = 7) -> float:
@@ -39,7 +39,7 @@ def main():
     if not _ONEDNN_LINEAR:
         return
     onednn = torch.ops.mkldnn._linear_pointwise
-    print(f"\nlinear, no_grad (threshold min_onednn_macs = {ScratchTransformerLinear.min_onednn_macs:,})")
+    print(f"\nlinear, no_grad (threshold MIN_ONEDNN_MACS = {MIN_ONEDNN_MACS:,})")
     print("| rows x in -> out | multiply-adds | F.linear us | oneDNN us | F.linear / oneDNN |")
     print("|---|---:|---:|---:|---:|")
     shapes = [(4, 32, 64), (64, 256, 256), (64, 256, 1024), (64, 1024, 256), (64, 256, 8000),

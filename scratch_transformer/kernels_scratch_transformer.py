@@ -1,18 +1,21 @@
-"""Speed code of the Transformer, kept out of the modeling file: each kernel here is a drop-in replacement
-for a torch op, with the same parameters and the same result, and is tested against that op
-(tests/test_kernels.py).
+"""Speed code of the Transformer, kept out of the modeling file: each kernel here gives the same result as the
+torch op it stands in for, and is tested against that op (tests/test_kernels.py).
 
 It sits flat beside modeling_scratch_transformer.py and is imported relatively, so `save_pretrained` copies it
 beside the weights and `from_pretrained(..., trust_remote_code=True)` loads it without this package.
 
-- `ScratchTransformerLinear`: nn.Linear, running oneDNN's linear kernel at plain fp32 CPU inference
-  (replaces `F.linear`; used by every projection of the model, so by translate.py and the pipeline).
+- `linear(layer, x)`: `layer(x)` for the model's projections, which are plain `nn.Linear` modules; at plain
+  fp32 CPU inference a big enough product runs through oneDNN's linear kernel instead of MKL's sgemm.
+  The modules stay exactly `nn.Linear`, so tools that match that type work on the model as on any HF model:
+  `torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)` turns every projection
+  into `torch.ao.nn.quantized.dynamic.Linear`, which `linear` then simply calls (int8 inference; generate()
+  works on the result), and so do pruning, PEFT target modules and converters that read nn.Linear weights.
 """
 
 import torch
-import torch.autograd.forward_ad as forward_ad
-import torch.nn.functional as F
 from torch import nn
+from torch.autograd import forward_ad
+from torch.nn.modules import module as _module
 
 
 def _onednn_linear_available() -> bool:
@@ -23,6 +26,25 @@ def _onednn_linear_available() -> bool:
 
 
 _ONEDNN_LINEAR = _onednn_linear_available()
+
+# oneDNN has a fixed cost of up to ~11 us more per call than F.linear: they break even near 2^22 multiply-adds
+# and oneDNN wins from 2^24 (benchmarks/micro_kernels.py, 2 threads: 4 x 32 x 64: 15 against 5 us;
+# 64 x 256 x 256: 63 against 62 us; 64 x 256 x 1024: 200 against 263 us)
+MIN_ONEDNN_MACS = 2**23
+
+
+def _plain_linear_module(layer: nn.Module) -> bool:
+    """True when calling `layer` would do nothing but nn.Linear.forward: its type is exactly nn.Linear (not a
+    quantized, parametrized, LoRA or other subclass) and no hook or replaced forward (pruning's mask, accelerate's
+    offload hooks, a user's forward hook) would run around it."""
+    return (
+        type(layer) is nn.Linear
+        and not layer._forward_pre_hooks
+        and not layer._forward_hooks
+        and "forward" not in layer.__dict__
+        and not _module._global_forward_pre_hooks
+        and not _module._global_forward_hooks
+    )
 
 
 def _plain_cpu_inference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
@@ -45,29 +67,29 @@ def _plain_cpu_inference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     )
 
 
-class ScratchTransformerLinear(nn.Linear):
-    """y = x W^T + b: nn.Linear, with its parameters, init and state-dict names, and a faster inference kernel.
+def linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """y = layer(x) = x W^T + b for a projection of the model, faster at plain fp32 CPU inference.
 
-    Shapes: x (..., in_features) -> (..., out_features). At plain inference on CPU (autograd off, fp32,
-    no autocast; see `_plain_cpu_inference`), products of at least `min_onednn_macs` multiply-adds
-    (rows x in_features x out_features) run through oneDNN's linear kernel
-    (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile picks for CPU linears) instead of
-    nn.Linear's MKL sgemm: for the 64-row inputs of decoding on 2 cores it is 1.3-1.6x faster (output
-    projection 256 -> 8000: 2.6 -> 1.6 ms; 256 -> 1024: 263 -> 200 us; `benchmarks/micro_kernels.py`
-    prints these, `scripts/benchmark.py` the end-to-end effect). Same values up to float rounding
-    (summation order; about 1e-6 relative).
-    Everything else (training, torch.func / forward AD, tracing and export, other dtypes and devices,
-    builds without oneDNN, `torch.backends.mkldnn.flags(enabled=False)`) uses F.linear.
-    torch.ao's `quantize_dynamic` matches exact types and leaves these layers in fp32: turn them into
-    plain nn.Linear first (`module.__class__ = nn.Linear` for each; same attributes), then quantize.
+    Args:
+        layer: the projection, an nn.Linear (or whatever tooling replaced it with: a quantized, LoRA or
+            hooked module is simply called).
+        x: (..., in_features).
+    Returns:
+        (..., out_features). When `layer` is exactly an nn.Linear with nothing around its forward
+        (`_plain_linear_module`), the call is plain inference on CPU (autograd off, fp32, no autocast;
+        `_plain_cpu_inference`) and the product has at least `MIN_ONEDNN_MACS` multiply-adds
+        (rows x in_features x out_features), it runs through oneDNN's linear kernel
+        (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile picks for CPU linears) instead of
+        nn.Linear's MKL sgemm: for the 64-row inputs of decoding on 2 AMD EPYC cores 1.3-1.6x faster (output
+        projection 256 -> 8000: 2.6 -> 1.6 ms; `python -m benchmarks.micro_kernels`), same values up to float
+        rounding (summation order; about 1e-6 relative). Everything else is `layer(x)`: training, torch.func /
+        forward AD, tracing and export, other dtypes and devices, builds without oneDNN,
+        `torch.backends.mkldnn.flags(enabled=False)`, quantized and other non-nn.Linear modules, hooks.
     """
-
-    # oneDNN has a fixed cost of up to ~11 us more per call than F.linear: they break even near 2^22
-    # multiply-adds and oneDNN wins from 2^24 (benchmarks/micro_kernels.py, 2 threads: 4 x 32 x 64: 15
-    # against 5 us; 64 x 256 x 256: 63 against 62 us; 64 x 256 x 1024: 200 against 263 us)
-    min_onednn_macs = 2**23
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() * self.out_features >= self.min_onednn_macs and _plain_cpu_inference(x, self.weight, self.bias):
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-        return F.linear(x, self.weight, self.bias)
+    if (
+        _plain_linear_module(layer)
+        and _plain_cpu_inference(x, layer.weight, layer.bias)
+        and x.numel() * layer.out_features >= MIN_ONEDNN_MACS  # last: under tracing numel() is a tensor
+    ):
+        return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, "none", [], "")
+    return layer(x)

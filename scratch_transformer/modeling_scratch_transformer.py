@@ -8,7 +8,7 @@ Reads bottom-up, each piece under the heading of its paper section, before the p
     3.1    Sublayer connection: residual, dropout (5.4) and LayerNorm, post-LN or pre-LN, written once
     3.1    Encoder and Decoder Stacks: the two layers and the two stacks
     HF     Hugging Face classes: init, loss, the bare model, the model with its LM head, generate()'s hooks
-Speed code (a faster kernel for the linear layers at CPU inference) lives in kernels_scratch_transformer.py.
+Speed code (`linear(layer, x)`: oneDNN for the projections at CPU inference) is in kernels_scratch_transformer.py.
 
 Notation in shape comments:
     b batch, s source length, t target length (new tokens this call), p cached target length,
@@ -33,7 +33,7 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
-from .kernels_scratch_transformer import ScratchTransformerLinear as Linear  # nn.Linear, faster at CPU inference
+from .kernels_scratch_transformer import linear  # linear(layer, x) = layer(x), faster at CPU inference
 
 # ======== 3.1 Model Architecture (overview) ========================================================
 # An encoder maps source tokens (b, s) to representations (b, s, d); a decoder, given those and the target
@@ -168,10 +168,10 @@ class ScratchTransformerAttention(nn.Module):
         self.head_dim = config.d_model // config.num_heads
         self.attention_dropout = config.attention_dropout
         self.layer_idx = layer_idx
-        self.q_proj = Linear(config.d_model, config.d_model)  # W^Q of all heads side by side
-        self.k_proj = Linear(config.d_model, config.d_model)  # W^K
-        self.v_proj = Linear(config.d_model, config.d_model)  # W^V
-        self.out_proj = Linear(config.d_model, config.d_model)  # W^O
+        self.q_proj = nn.Linear(config.d_model, config.d_model)  # W^Q of all heads side by side
+        self.k_proj = nn.Linear(config.d_model, config.d_model)  # W^K
+        self.v_proj = nn.Linear(config.d_model, config.d_model)  # W^V
+        self.out_proj = nn.Linear(config.d_model, config.d_model)  # W^O
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
@@ -195,7 +195,7 @@ class ScratchTransformerAttention(nn.Module):
         """
         b, t, _ = hidden_states.shape
         is_cross = key_value_states is not None
-        query = self._split_heads(self.q_proj(hidden_states))  # (b, h, t, k)
+        query = self._split_heads(linear(self.q_proj, hidden_states))  # (b, h, t, k)
 
         if is_cross and cache is not None and cache.is_updated.get(self.layer_idx):
             # encoder keys/values were computed at the first step; reuse them
@@ -203,8 +203,8 @@ class ScratchTransformerAttention(nn.Module):
             key, value = layer_cache.keys, layer_cache.values  # (b, h, s, k)
         else:
             source = key_value_states if is_cross else hidden_states
-            key = self._split_heads(self.k_proj(source))  # (b, h, s or t, k)
-            value = self._split_heads(self.v_proj(source))
+            key = self._split_heads(linear(self.k_proj, source))  # (b, h, s or t, k)
+            value = self._split_heads(linear(self.v_proj, source))
             if cache is not None:
                 sub_cache = cache.cross_attention_cache if is_cross else cache.self_attention_cache
                 key, value = sub_cache.update(key, value, self.layer_idx)  # self: (b, h, p + t, k)
@@ -216,7 +216,7 @@ class ScratchTransformerAttention(nn.Module):
         dropout_p = self.attention_dropout if self.training else 0.0
         output, weights = attend(query, key, value, attention_mask, dropout_p, is_causal)  # (b, h, t, k)
         output = output.transpose(1, 2).reshape(b, t, -1)  # (b, h, t, k) -> (b, t, d)
-        return self.out_proj(output), weights
+        return linear(self.out_proj, output), weights
 
 
 # -------- 3.2.3 Applications of Attention in our Model: the masks
@@ -285,13 +285,13 @@ class ScratchTransformerFeedForward(nn.Module):
 
     def __init__(self, config: ScratchTransformerConfig):
         super().__init__()
-        self.fc1 = Linear(config.d_model, config.d_ff)
-        self.fc2 = Linear(config.d_ff, config.d_model)
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)
         self.activation = F.relu if config.activation_function == "relu" else F.gelu
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """(b, n, d) -> (b, n, f) -> (b, n, d)."""
-        return self.fc2(self.activation(self.fc1(hidden_states)))
+        return linear(self.fc2, self.activation(linear(self.fc1, hidden_states)))
 
 
 # ======== 3.1 Sublayer connection (with 5.4 Residual Dropout) ======================================
@@ -668,7 +668,7 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
     def __init__(self, config: ScratchTransformerConfig):
         super().__init__(config)
         self.model = ScratchTransformerModel(config)
-        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)  # tied: see _tied_weights_keys
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # tied: see _tied_weights_keys
         if config.share_encoder_decoder_embeddings:
             self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
         self.post_init()
@@ -713,7 +713,7 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs, cache=cache,
             use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (b, t, d) -> (b, t, v); softmax is generate()'s
+        logits = linear(self.lm_head, outputs.last_hidden_state)  # (b, t, d) -> (b, t, v); softmax is generate()'s
         loss = cross_entropy_loss(logits, labels, num_items_in_batch) if labels is not None else None
         return Seq2SeqLMOutput(
             loss=loss, logits=logits, cache=outputs.cache, decoder_hidden_states=outputs.decoder_hidden_states,

@@ -121,6 +121,8 @@ def main(argv=None) -> list[str]:
     for name in ("batch_size", "max_source_length", "max_new_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.threads < 0:
+        parser.error(f"--threads must be >= 0 (0: all cores), got {args.threads}")
     if args.input_file and not os.path.isfile(args.input_file):
         what = "a folder, not a file" if os.path.isdir(args.input_file) else "no such file"
         parser.error(f"--input_file {args.input_file}: {what}")

@@ -230,3 +230,39 @@ def test_translate_script_refuses_a_model_folder_for_ctranslate2(post_ln, capsys
     with pytest.raises(SystemExit):
         translate_script.main(["--model", str(post_ln[1]), "--engine", "ctranslate2", "Ein Hund."])
     assert "not a CTranslate2 folder" in capsys.readouterr().err
+
+
+def test_engines_benchmark_reports_each_engine(post_ln, tmp_path):
+    """benchmarks/inference_engines.py on the tiny model: CTranslate2 float32 greedy equals torch's output,
+    and each BLEU is sacreBLEU's on that engine's output."""
+    import sacrebleu
+
+    from benchmarks import inference_engines
+
+    _, model_folder, _ = post_ln
+    source, reference = tmp_path / "src.txt", tmp_path / "ref.txt"
+    source.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    reference.write_text("\n".join(SOURCES[::-1]) + "\n", encoding="utf-8")
+    results = inference_engines.main(["--model", str(model_folder), "--source", str(source), "--reference",
+                                      str(reference), "--threads", "1", "--repeats", "1", "--batch_size", "5",
+                                      "--searches", "greedy", "--output_json", str(tmp_path / "r.json")])
+    greedy = results["searches"]["greedy"]
+    assert set(greedy) == {"torch", "torch-int8", "ct2-float32", "ct2-int8"}
+    assert greedy["torch"]["same_as_torch"] == 1.0 and greedy["ct2-float32"]["same_as_torch"] == 1.0
+    assert results["engine_facts"]["torch-int8"]["quantized_linear_layers"] > 0
+    torch_output = translate(_load(model_folder), _tokenizer(model_folder), SOURCES, batch_size=5, num_beams=1,
+                             length_penalty=1.0)
+    assert greedy["torch"]["bleu"] == pytest.approx(sacrebleu.corpus_bleu(torch_output, [SOURCES[::-1]]).score)
+    assert json.loads((tmp_path / "r.json").read_text())["sentences"] == len(SOURCES)
+
+
+def _load(folder):
+    from transformers import AutoModelForSeq2SeqLM
+
+    return AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+
+
+def _tokenizer(folder):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)

@@ -144,7 +144,8 @@ def main(argv=None) -> dict:
             table = {}
             for name, run in runs.items():
                 output, median = run["output"], statistics.median(run["seconds"])
-                row = {"seconds": run["seconds"], "median_seconds": median, "sentences_per_second": len(sources) / median,
+                row = {"seconds": run["seconds"], "median_seconds": median,
+                       "sentences_per_second": len(sources) / median,
                        "bleu": sacrebleu.corpus_bleu(output, [references]).score,
                        "chrf": sacrebleu.corpus_chrf(output, [references]).score}
                 if "torch" in runs:

@@ -18,7 +18,8 @@ def render_model_card(results: dict, template_path: str | os.PathLike | None = N
         results: keys model_name, repo_id, src_lang, tgt_lang, dataset_name, dataset_id, test_split,
             bleu, chrf, bleu_signature, num_beams, license, and the model sizes shown in the card; optionally
             test_sets, a list of {"split", "bleu", "chrf"} (one table row and model-index entry each; the
-            headline test_split/bleu/chrf alone otherwise).
+            headline test_split/bleu/chrf alone otherwise); custom_code, False for a model of transformers' own
+            classes (e.g. Marian: no code travels with it), which drops the custom_code tag.
         template_path: a Jinja/Markdown template; defaults to the repository's hub_card.md. Besides the
             results' keys it gets `repo_id_literal` and `example_source_literal`, the two as Python string
             literals (quotes and backslashes escaped) for the card's code, which must run as printed.
@@ -36,7 +37,7 @@ def render_model_card(results: dict, template_path: str | os.PathLike | None = N
         language=[results["src_lang"], results["tgt_lang"]],
         license=results.get("license", "mit"),
         library_name="transformers",
-        tags=["translation", "scratch_transformer", "custom_code"],
+        tags=["translation", "scratch_transformer"] + (["custom_code"] if results.get("custom_code", True) else []),
         datasets=[results["dataset_id"]],
         metrics=["bleu", "chrf"],
         pipeline_tag="translation",

@@ -197,11 +197,15 @@ def write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def count_parameters(model: torch.nn.Module) -> int:
-    """Trainable parameters, each shared tensor counted once."""
+def count_parameters(model: torch.nn.Module, trainable_only: bool = True) -> int:
+    """Trainable parameters (all, frozen ones too, with trainable_only=False), each shared tensor counted once.
+
+    Buffers are not parameters: our sinusoidal positions are a buffer, Marian's a frozen parameter, so the two
+    models of the same size have the same trainable count and Marian the larger total.
+    """
     seen, total = set(), 0
     for parameter in model.parameters():
-        if parameter.requires_grad and id(parameter) not in seen:
+        if (parameter.requires_grad or not trainable_only) and id(parameter) not in seen:
             seen.add(id(parameter))
             total += parameter.numel()
     return total

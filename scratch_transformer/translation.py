@@ -8,6 +8,7 @@ objects are never changed (the Trainer gets a copy with the values derived from 
 """
 
 import copy
+import difflib
 import json
 import logging
 import os
@@ -16,9 +17,21 @@ import sys
 import time
 
 import transformers
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, GenerationConfig, set_seed
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    GenerationConfig,
+    PreTrainedConfig,
+    set_seed,
+)
 
-from .arguments import DataTrainingArguments, ModelArguments, TranslationTrainingArguments
+from .arguments import (
+    DataTrainingArguments,
+    ModelArguments,
+    TranslationTrainingArguments,
+)
 from .checkpoints import (
     average_checkpoints,
     check_resume_checkpoint,
@@ -28,9 +41,19 @@ from .checkpoints import (
 )
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .data import load_translation_dataset
-from .metrics import corpus_scores, count_repeated_token_outputs, decode_ids, make_compute_metrics
+from .metrics import (
+    corpus_scores,
+    count_repeated_token_outputs,
+    decode_ids,
+    make_compute_metrics,
+)
 from .modeling_scratch_transformer import ScratchTransformerForConditionalGeneration
-from .paths import TOKENIZER_FILES, looks_like_local_path, missing_path_message, model_folder_problem
+from .paths import (
+    TOKENIZER_FILES,
+    looks_like_local_path,
+    missing_path_message,
+    model_folder_problem,
+)
 from .tokenization import tokenizer_special_ids, train_tokenizer
 from .trainer import TranslationTrainer
 from .training import (
@@ -70,15 +93,23 @@ def _train_tokenizer(model_args, data_args, raw):
     return tokenizer
 
 
-def _parse_overrides(text: str | None) -> dict:
+def _parse_overrides(text: str | None, config_class=ScratchTransformerConfig) -> dict:
+    """`key=value,...` as config keyword arguments; each key a field of `config_class` or a name of its
+    attribute_map (a paper name such as d_model, or its HF name such as hidden_size).
+
+    Raises:
+        ValueError: an item that is not key=value, or a key that `config_class` lacks (naming it and the config).
+    """
     overrides = {}
     for item in filter(None, (text or "").split(",")):
         if "=" not in item:
             raise ValueError(f"config_overrides item {item!r} is not key=value")
         key, value = (part.strip() for part in item.split("=", 1))
-        known = key in ScratchTransformerConfig.__dataclass_fields__ or key in ScratchTransformerConfig.attribute_map
-        if not known:  # a paper name (d_model) or its HF name (hidden_size): the config checks either the same way
-            raise ValueError(f"config_overrides: unknown config field {key!r}")
+        if key not in config_class.__dataclass_fields__ and key not in config_class.attribute_map:
+            close = difflib.get_close_matches(key, [*config_class.__dataclass_fields__, *config_class.attribute_map])
+            raise ValueError(f"config_overrides: unknown config field {key!r} for {config_class.__name__} "
+                             f"(model_type {config_class.model_type!r})"
+                             + (f"; did you mean {', '.join(map(repr, close))}?" if close else ""))
         try:
             overrides[key] = json.loads(value.lower() if value.lower() in ("true", "false") else value)
         except json.JSONDecodeError:
@@ -86,7 +117,46 @@ def _parse_overrides(text: str | None) -> dict:
     return overrides
 
 
+def _load_config_class_and_values(model_args) -> tuple[type, dict]:
+    """The class and the saved values of --config_name (ours when it names no model_type), or ours and none."""
+    if not model_args.config_name:
+        return ScratchTransformerConfig, {}
+    saved, _ = PreTrainedConfig.get_config_dict(model_args.config_name)
+    if saved.get("model_type", ScratchTransformerConfig.model_type) == ScratchTransformerConfig.model_type:
+        config = ScratchTransformerConfig.from_pretrained(model_args.config_name)
+    else:
+        config = AutoConfig.from_pretrained(model_args.config_name, trust_remote_code=model_args.trust_remote_code)
+        if not config.is_encoder_decoder:
+            raise ValueError(f"--config_name {model_args.config_name}: a {config.model_type} config is not an "
+                             "encoder-decoder (is_encoder_decoder false); a translation model needs one")
+    values = config.to_diff_dict()
+    for key in ("model_type", "transformers_version", "architectures", "auto_map"):
+        values.pop(key, None)
+    return type(config), values
+
+
+def _tokenizer_config_values(config_class, tokenizer) -> dict:
+    """vocab_size and the special ids from the trained tokenizer, as transformers' run_translation.py sets them:
+    pad/bos/eos/unk, the decoder starting from bos (as ours always does, so that every model starts the same
+    way) and the joint vocabulary's size for a config with a separate decoder vocabulary."""
+    values = dict(tokenizer_special_ids(tokenizer), vocab_size=len(tokenizer),
+                  decoder_start_token_id=tokenizer.bos_token_id)
+    if "decoder_vocab_size" in config_class.__dataclass_fields__:  # Marian's decoder size; our tokenizer is joint
+        values["decoder_vocab_size"] = len(tokenizer)
+    return values
+
+
 def _build_model(model_args, tokenizer):
+    """The model to fine-tune (--model_name_or_path), or a new one: ours by default, or any HF encoder-decoder
+    that --config_name names (e.g. a MarianConfig's folder), built with AutoModelForSeq2SeqLM.from_config.
+
+    --config_overrides apply to the fields of that config; the vocabulary size and special ids come from the
+    tokenizer (`_tokenizer_config_values`).
+
+    Raises:
+        ValueError: a tokenizer larger than the fine-tuned model's vocabulary, an override the config lacks, or a
+            --config_name that is not an encoder-decoder.
+    """
     if model_args.model_name_or_path:
         model = AutoModelForSeq2SeqLM.from_pretrained(
             model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code,
@@ -96,17 +166,18 @@ def _build_model(model_args, tokenizer):
             raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
                              f"{model.config.vocab_size}")
         return model
-    config_values = {}
-    if model_args.config_name:
-        config_values = ScratchTransformerConfig.from_pretrained(model_args.config_name).to_diff_dict()
-        for key in ("model_type", "transformers_version", "architectures", "auto_map"):
-            config_values.pop(key, None)
-    config_values.update(_parse_overrides(model_args.config_overrides))
-    config_values.update(vocab_size=len(tokenizer), **tokenizer_special_ids(tokenizer))
-    config_values["decoder_start_token_id"] = tokenizer.bos_token_id
-    config = ScratchTransformerConfig(**config_values)
-    config._attn_implementation = model_args.attn_implementation
-    return ScratchTransformerForConditionalGeneration(config)
+    config_class, config_values = _load_config_class_and_values(model_args)
+    config_values.update(_parse_overrides(model_args.config_overrides, config_class))
+    forced_eos = config_values.get("forced_eos_token_id", getattr(config_class, "forced_eos_token_id", None))
+    config_values.update(_tokenizer_config_values(config_class, tokenizer))
+    if "forced_eos_token_id" in config_class.__dataclass_fields__:  # the tokenizer's EOS, or none as asked
+        config_values["forced_eos_token_id"] = tokenizer.eos_token_id if forced_eos is not None else None
+    config = config_class(**config_values)
+    if config_class is ScratchTransformerConfig:
+        config._attn_implementation = model_args.attn_implementation
+        return ScratchTransformerForConditionalGeneration(config)
+    return AutoModelForSeq2SeqLM.from_config(config, attn_implementation=model_args.attn_implementation,
+                                             trust_remote_code=model_args.trust_remote_code)
 
 
 DECODING_DEFAULTS = {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 0}
@@ -169,6 +240,17 @@ def _tokenize(raw, tokenizer, data_args, training_args):
     return tokenized
 
 
+def _architecture_values(config) -> dict:
+    """The card's model table from any encoder-decoder config, by the names of Marian/BART configs (ours maps
+    them to its own in attribute_map); "?" for a size the config does not have."""
+    pre_layer_norm = getattr(config, "pre_layer_norm", None)
+    return {"d_model": getattr(config, "d_model", "?"), "num_heads": getattr(config, "encoder_attention_heads", "?"),
+            "encoder_layers": getattr(config, "encoder_layers", "?"),
+            "decoder_layers": getattr(config, "decoder_layers", "?"), "d_ff": getattr(config, "encoder_ffn_dim", "?"),
+            "dropout": getattr(config, "dropout", "?"),
+            "norm": f"as {config.model_type}" if pre_layer_norm is None else "pre-LN" if pre_layer_norm else "post-LN"}
+
+
 def _render_card(output_dir, results, model, tokenizer, model_args, data_args, training_args, decoding):
     from .card import render_model_card
 
@@ -185,9 +267,8 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
         "decoding": ", ".join([f"beam {decoding['num_beams']}", f"length penalty {decoding['length_penalty']:g}"]
                               + ([f"no repeated {decoding['no_repeat_ngram_size']}-gram"]
                                  if decoding["no_repeat_ngram_size"] else [])),
-        "d_model": config.d_model, "num_heads": config.num_heads, "encoder_layers": config.encoder_layers,
-        "decoder_layers": config.decoder_layers, "d_ff": config.d_ff, "dropout": config.dropout,
-        "norm": "pre-LN" if config.pre_layer_norm else "post-LN", "num_parameters": f"{count_parameters(model):,}",
+        **_architecture_values(config), "num_parameters": f"{count_parameters(model):,}",
+        "architecture": type(model).__name__, "custom_code": bool(getattr(model, "_auto_class", None)),
         "vocab_size": len(tokenizer), "example_source": examples[0]["source"].replace('"', "'"),
         "training_summary": (
             f"{results.get('train_steps', '?')} steps of batch {training_args.per_device_train_batch_size} "
@@ -348,6 +429,11 @@ def build_tokenizer_and_model(model_args, data_args, training_args, raw, resume_
     tokenizer = _build_tokenizer(model_args, data_args, raw, training_args,
                                  resume_from=None if model_args.model_name_or_path else resume_from)
     model = _build_model(model_args, tokenizer)
+    positions = getattr(model.config, "max_position_embeddings", None)
+    longest = max(data_args.max_source_length, data_args.max_target_length)
+    if positions is not None and positions < longest:
+        raise ValueError(f"the model has {positions} positions (max_position_embeddings) but --max_source_length / "
+                         f"--max_target_length allow {longest} tokens: raise it in the config or lower the lengths")
     if resume_from:
         check_resume_checkpoint(resume_from, model)
     decoding = _resolve_decoding(model_args, data_args, model)
@@ -508,6 +594,7 @@ def write_outputs(trainer, results, model_args, data_args, decoding, push_to_hub
     with open(os.path.join(output_dir, "all_results.json"), encoding="utf-8") as handle:
         all_results = json.load(handle)
     all_results["num_parameters"] = count_parameters(model)
+    all_results["num_parameters_with_frozen"] = count_parameters(model, trainable_only=False)  # e.g. Marian's sinusoids
     if args.do_train:
         all_results.update(precision=args.precision, precision_reason=getattr(args, "precision_reason", ""),
                            lr_schedule=_schedule_summary(args))

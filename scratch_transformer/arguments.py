@@ -148,6 +148,15 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     )
     label_smoothing_factor: float = field(default=0.1, metadata={"help": "Label smoothing (paper 5.4: 0.1)."})
     predict_with_generate: bool = field(default=True, metadata={"help": "Evaluate BLEU on generated text."})
+    max_tokens_per_batch: int | None = field(
+        default=None,
+        metadata={"help": "Token batches (paper 5.1, fairseq's --max-tokens): group the training pairs by length and "
+                          "fill each batch, per process, up to this many tokens on each side, padding included "
+                          "(n pairs x the longest source or target); replaces per_device_train_batch_size for "
+                          "training. One step of W processes takes a global batch of up to W x N tokens, the same "
+                          "for any W at the same W x N. Pairs longer than N are refused: truncate them with "
+                          "--max_source_length/--max_target_length."},
+    )
     max_train_minutes: float | None = field(
         default=None, metadata={"help": "Stop training after this many minutes of training (evaluation excluded)."}
     )
@@ -205,7 +214,14 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         if launched > 1 and not self.use_cpu and not _has_accelerator():
             self.use_cpu = True
         self._resolve_precision()
+        self._check_token_batches()
         super().__post_init__()
+        if self.max_tokens_per_batch is not None:
+            config = self.accelerator_config
+            for name in ("split_batches", "dispatch_batches"):
+                if getattr(config, name, None):
+                    raise ValueError(f"--max_tokens_per_batch gives each process its own batch: accelerator_config "
+                                     f"{name} (one batch cut or sent across processes) cannot be used with it")
         if launched > 1 and self.world_size != launched:
             raise ValueError(f"launched as {launched} processes (WORLD_SIZE) but the Trainer sees a world of "
                              f"{self.world_size}: check the launcher's and the script's device settings")
@@ -214,6 +230,28 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
             logger.warning("`accelerate launch --cpu` started a single process: for several CPU processes use "
                            "--config_file configs/accelerate_cpu_2proc.yaml (or --multi_gpu) instead of --cpu")
 
+
+    def _check_token_batches(self) -> None:
+        """--max_tokens_per_batch: a whole number >= 1, and none of the options it replaces or cannot honour."""
+        tokens = self.max_tokens_per_batch
+        if tokens is None:
+            return
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ValueError(f"max_tokens_per_batch must be a whole number of tokens >= 1, got {tokens!r}")
+        strategy = getattr(self.train_sampling_strategy, "value", self.train_sampling_strategy)
+        if strategy not in ("random", "group_by_length"):
+            raise ValueError(f"--max_tokens_per_batch makes its own length-grouped, shuffled batches: "
+                             f"train_sampling_strategy {strategy!r} cannot be used with it (leave the default or "
+                             "group_by_length)")
+        refused = {"auto_find_batch_size": "it shrinks per_device_train_batch_size, which token batches do not use",
+                   "dataloader_drop_last": "token batches keep every pair (an epoch's last two batches are evened out)"}
+        for name, reason in refused.items():
+            if getattr(self, name):
+                raise ValueError(f"--max_tokens_per_batch and --{name} cannot be used together: {reason}")
+        if not self.average_tokens_across_devices:
+            raise ValueError("--max_tokens_per_batch needs average_tokens_across_devices true: processes' batches "
+                             "hold different numbers of target tokens, and the loss must be divided by the "
+                             "labelled tokens of all of them")
 
     def _resolve_precision(self) -> None:
         """Sets bf16/fp16 from --precision (auto: by the hardware) or takes them from --bf16/--fp16; afterwards

@@ -1,12 +1,21 @@
-"""The main job's Trainer: HF's Seq2SeqTrainer with length-grouped, shuffled training batches and evaluation
-that scores every sentence once, in dataset order, on any number of processes."""
+"""The main job's Trainer: HF's Seq2SeqTrainer with length-grouped, shuffled training batches (of a number of
+sentences, or of a number of tokens: batching.py) and evaluation that scores every sentence once, in dataset
+order, on any number of processes."""
 
+import logging
+from functools import partial
+
+import datasets
 import torch
-from torch.utils.data import SequentialSampler
+from torch.utils.data import DataLoader, SequentialSampler
 from transformers import Seq2SeqTrainer
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+from transformers.trainer_utils import seed_worker
 
+from .batching import TokenBatchSampler, padding_fraction, pair_lengths
 from .training import WallClockBudgetCallback, budget_schedule
+
+logger = logging.getLogger(__name__)
 
 
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
@@ -50,7 +59,64 @@ class TranslationTrainer(Seq2SeqTrainer):
     so N processes of batch b see the same batches as one process of batch N * b. With a training-time
     budget (WallClockBudgetCallback) the learning-rate schedule is laid out on it. Evaluation and the
     test translate and score every sentence exactly once, in dataset order, on any number of processes.
+
+    With `max_tokens_per_batch` N in the arguments, training batches hold up to N tokens per process instead
+    of a number of sentences (`batching.TokenBatchSampler`; paper 5.1, fairseq's --max-tokens): one step of
+    W processes takes a global batch of up to W x N tokens, the same global batches for any W at the same
+    W x N. The loss stays normalised by the labelled tokens of the whole step (all accumulation steps and
+    processes): HF counts them (`num_items_in_batch`) whatever the batch sizes. Pairs longer than N on a side
+    are refused when the Trainer is built (ValueError), before any step.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._epoch_seeded_sampler = None  # the training sampler whose epoch _run_epoch sets
+        self.token_batch_sampler = None
+        if getattr(self.args, "max_tokens_per_batch", None) and self.train_dataset is not None:
+            if not self.model_accepts_loss_kwargs:  # HF then divides each batch's mean loss by the steps
+                raise ValueError("--max_tokens_per_batch needs a model whose loss takes num_items_in_batch "
+                                 "(accepts_loss_kwargs): batches of different sizes must be weighted by their tokens")
+            self.token_batch_sampler = self._make_token_batch_sampler(self.train_dataset)
+
+    def _data_seed(self) -> int:
+        return self.args.data_seed if self.args.data_seed is not None else self.args.seed
+
+    def _make_token_batch_sampler(self, dataset) -> TokenBatchSampler:
+        max_tokens = self.args.max_tokens_per_batch
+        if isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__len__"):
+            raise ValueError("--max_tokens_per_batch needs a training set of known size (not a streamed one)")
+        source_lengths, target_lengths = pair_lengths(dataset)
+        sampler = TokenBatchSampler(source_lengths, target_lengths, max_tokens, num_processes=self.args.world_size,
+                                    seed=self._data_seed())
+        padding = padding_fraction([shard for batch in sampler.shards for shard in batch], source_lengths,
+                                   target_lengths)
+        logger.info("token batches: at most %d tokens per process and batch (source and target each, padding "
+                    "included), %d global batches of %d process(es) per epoch, %.1f%% padding", max_tokens,
+                    len(sampler.global_batches), self.args.world_size, 100 * padding["total"])
+        return sampler
+
+    def get_train_dataloader(self) -> DataLoader:
+        """HF's training DataLoader, or with `max_tokens_per_batch` one whose batch_sampler is the
+        TokenBatchSampler. accelerate wraps it in BatchSamplerShard (shard k of each step to process k) and,
+        on resume, in SkipBatchSampler (skip_first_batches), as for HF's own samplers."""
+        if self.token_batch_sampler is None:
+            return super().get_train_dataloader()
+        dataset, collator = self.train_dataset, self.data_collator
+        if isinstance(dataset, datasets.Dataset):
+            dataset = self._remove_unused_columns(dataset, description="Training")
+        else:
+            collator = self._get_collator_with_removed_columns(collator, description="Training")
+        args = self.args
+        dataloader = DataLoader(
+            dataset, batch_sampler=self.token_batch_sampler, collate_fn=collator,
+            num_workers=args.dataloader_num_workers, pin_memory=args.dataloader_pin_memory,
+            persistent_workers=args.dataloader_persistent_workers,
+            multiprocessing_context=args.dataloader_multiprocessing_context,
+            prefetch_factor=args.dataloader_prefetch_factor, in_order=args.dataloader_in_order,
+            worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
+        )
+        self._epoch_seeded_sampler = self.token_batch_sampler
+        return self.accelerator.prepare(dataloader)
 
     def _get_train_sampler(self, train_dataset=None):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
@@ -58,8 +124,18 @@ class TranslationTrainer(Seq2SeqTrainer):
             return super()._get_train_sampler(train_dataset)
         lengths = [max(len(src), len(tgt)) for src, tgt in zip(dataset["input_ids"], dataset["labels"])]
         batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        return EpochSeededLengthGroupedSampler(batch, dataset=dataset, lengths=lengths, seed=seed)
+        self._epoch_seeded_sampler = EpochSeededLengthGroupedSampler(batch, dataset=dataset, lengths=lengths,
+                                                                     seed=self._data_seed())
+        return self._epoch_seeded_sampler
+
+    def _run_epoch(self, *args, **kwargs):
+        # HF forwards set_epoch to the sampler through accelerate's wrappers, but a run resumed mid-epoch on
+        # several processes has SkipBatchSampler(BatchSamplerShard(...)) there, which passes nothing on: the
+        # sampler would replay epoch 0's order in a later epoch. Setting it here reaches it on every path.
+        epoch = kwargs["epoch"] if "epoch" in kwargs else args[1]
+        if self._epoch_seeded_sampler is not None:
+            self._epoch_seeded_sampler.set_epoch(epoch)
+        return super()._run_epoch(*args, **kwargs)
 
     def create_scheduler(self, num_training_steps, optimizer=None):
         # With a training-time budget the schedule follows the clock, not a step count fixed in advance.

@@ -1,0 +1,278 @@
+"""Quality side by side: our Transformer and transformers' MarianMTModel trained by the same main job.
+
+Run from the repository root:
+    python -m benchmarks.quality                              # both models, the config's 25-minute budget each
+    python -m benchmarks.quality --max_train_minutes 1 --output_dir /tmp/quality_check
+    python -m benchmarks.quality --report_only                # the table of the runs already in --output_dir
+    python -m benchmarks.quality --only marian --max_steps 20 # flags it does not know go to both runs
+
+Writes a MarianConfig folder with the settings of the anchor run (docs: shared/docs/multi30k-anchor.md: post-LN,
+ReLU, scaled embeddings, one embedding for encoder, decoder and output layer, activation dropout 0, layerdrop 0,
+positions for the longest sequence, no forced EOS, so that both models decode the same way) at ours' size
+(the config's --config_overrides, or the one passed through), then runs
+`scripts/train_translation.py configs/multi30k_de_en.json` twice, one run after the other, with the same flags:
+as shipped (ours) and with `--config_name <that folder> --config_overrides ""` (Marian). Same data, tokenizer
+settings, batches, learning-rate schedule, precision (auto) and training-time budget; the pipeline gives both
+models the tokenizer's vocabulary size and special ids, and the decoder starts from bos in both.
+
+Prints one Markdown table (parameters, precision, steps, training seconds and seconds per step, validation
+BLEU, test BLEU/chrF of each test set), read from each run's all_results.json and trainer_state.json, and
+writes it with the raw figures to --output_json (default: <output_dir>/quality.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = "scripts/train_translation.py"
+CONFIG = "configs/multi30k_de_en.json"
+SIDES = ("ours", "marian")
+TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
+# The anchor's Marian apart from its size (shared/docs/multi30k-anchor.md); the size and dropouts come from ours.
+MARIAN_ANCHOR = {
+    "activation_function": "relu", "activation_dropout": 0.0, "scale_embedding": True,
+    "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "encoder_layerdrop": 0.0,
+    "decoder_layerdrop": 0.0, "forced_eos_token_id": None,
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
+                                epilog="Any other flag (e.g. --max_steps 20 --precision fp32) is passed to both runs.")
+    p.add_argument("--output_dir", default="outputs/quality",
+                   help="one folder per model inside (ours/, marian/) and the Marian config (marian_config/)")
+    p.add_argument("--max_train_minutes", type=float, default=None,
+                   help="training-time budget of each run (default: the config's)")
+    p.add_argument("--only", choices=SIDES, default=None, help="run one side only (the table shows what exists)")
+    p.add_argument("--report_only", action="store_true", help="run nothing: the table of the existing run folders")
+    p.add_argument("--config", default=CONFIG, help="the main job's config file")
+    p.add_argument("--output_json", default=None, help="default: <output_dir>/quality.json")
+    args, passthrough = p.parse_known_args(argv)
+    for flag in ("--output_dir", "--config_name", "--model_name_or_path"):
+        if any(item == flag or item.startswith(flag + "=") for item in passthrough):
+            p.error(f"{flag} is set by the benchmark for each run; it cannot be passed through")
+    if args.max_train_minutes is not None and args.max_train_minutes <= 0:
+        p.error("--max_train_minutes must be positive")
+    args.passthrough = passthrough
+    args.output_json = args.output_json or os.path.join(args.output_dir, "quality.json")
+    return args
+
+
+def _flag_value(flags: list[str], name: str) -> str | None:
+    """The last value given to --name in a flag list (`--name value` or `--name=value`), or None."""
+    value = None
+    for index, item in enumerate(flags):
+        if item == f"--{name}" and index + 1 < len(flags):
+            value = flags[index + 1]
+        elif item.startswith(f"--{name}="):
+            value = item.split("=", 1)[1]
+    return value
+
+
+def marian_config_values(config_file: str, passthrough: list[str]) -> dict:
+    """MarianConfig fields of the anchor's Marian at ours' size: ours' overrides (passed through, else the config
+    file's) resolved by our config class, mapped to Marian's names."""
+    from scratch_transformer import ScratchTransformerConfig
+    from scratch_transformer.translation import _parse_overrides
+
+    with open(REPO_ROOT / config_file, encoding="utf-8") as handle:
+        shipped = json.load(handle)
+    overrides = _flag_value(passthrough, "config_overrides")
+    ours = ScratchTransformerConfig(**_parse_overrides(shipped.get("config_overrides") if overrides is None
+                                                       else overrides))
+    if ours.pre_layer_norm:
+        raise ValueError("ours is pre-LN here, Marian is post-LN: the comparison needs pre_layer_norm false")
+    lengths = [int(_flag_value(passthrough, name) or shipped.get(name, 128))
+               for name in ("max_source_length", "max_target_length")]
+    return {
+        "d_model": ours.d_model, "encoder_attention_heads": ours.num_heads, "decoder_attention_heads": ours.num_heads,
+        "encoder_layers": ours.encoder_layers, "decoder_layers": ours.decoder_layers,
+        "encoder_ffn_dim": ours.d_ff, "decoder_ffn_dim": ours.d_ff, "dropout": ours.dropout,
+        "attention_dropout": ours.attention_dropout, "max_position_embeddings": max(lengths), **MARIAN_ANCHOR,
+    }
+
+
+def write_marian_config(folder: str | Path, values: dict) -> Path:
+    """A folder with the MarianConfig's config.json (vocabulary and special ids come from the run's tokenizer)."""
+    from transformers import MarianConfig
+
+    MarianConfig(**values).save_pretrained(folder)
+    return Path(folder)
+
+
+def run_command(args, side: str, marian_folder: Path | None) -> list[str]:
+    command = [sys.executable, SCRIPT, args.config, "--output_dir", os.path.join(args.output_dir, side)]
+    if args.max_train_minutes is not None:
+        command += ["--max_train_minutes", f"{args.max_train_minutes:g}"]
+    command += args.passthrough
+    if side == "marian":
+        command += ["--config_name", str(marian_folder), "--config_overrides", ""]
+    return command
+
+
+def run_side(command: list[str], log_path: Path, log) -> float:
+    """Run one training job to the end, its output into log_path; returns its wall seconds.
+
+    Raises:
+        RuntimeError: the job failed (with the end of its log).
+    """
+    log(f"[quality] {shlex.join(command)}  (log: {log_path})")
+    start = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as handle:
+        proc = subprocess.run(command, cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT, check=False,
+                              env=dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1"))
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        tail = "".join(log_path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-30:])
+        raise RuntimeError(f"the run failed (exit {proc.returncode}) after {seconds:.0f} s; end of {log_path}:\n{tail}")
+    log(f"[quality] done in {seconds:.0f} s")
+    return seconds
+
+
+def read_run(folder: str | Path) -> dict | None:
+    """The figures of a finished run folder (all_results.json, trainer_state.json), or None without one.
+
+    Training seconds are the training-time clock (evaluation excluded) that the budget callback saves in
+    trainer_state.json; without a budget, the Trainer's train_runtime (evaluation included).
+    """
+    folder = Path(folder)
+    results_path, state_path = folder / "all_results.json", folder / "trainer_state.json"
+    if not results_path.is_file():
+        return None
+    results = json.loads(results_path.read_text(encoding="utf-8"))
+    state = json.loads(state_path.read_text(encoding="utf-8")) if state_path.is_file() else {}
+    budget = (state.get("stateful_callbacks") or {}).get("WallClockBudgetCallback")
+    budget = budget[-1] if isinstance(budget, list) else budget
+    seconds = budget["attributes"]["training_seconds"] if budget else results.get("train_runtime")
+    steps = state.get("global_step")
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8")) if (folder / "config.json").is_file() \
+        else {}
+    return {
+        "folder": str(folder), "model_type": config.get("model_type"),
+        "architecture": (config.get("architectures") or [None])[0],
+        "num_parameters": results.get("num_parameters"),
+        "num_parameters_with_frozen": results.get("num_parameters_with_frozen"),
+        "precision": results.get("precision"), "steps": steps, "training_seconds": seconds,
+        "seconds_per_step": seconds / steps if seconds is not None and steps else None,
+        "epochs": results.get("epoch"), "train_loss": results.get("train_loss"),
+        "eval_bleu": results.get("eval_bleu"), "eval_chrf": results.get("eval_chrf"),
+        "averaged_checkpoints": results.get("averaged_checkpoints"),
+        "test_sets": {split: {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+                      for split, scores in (results.get("test_sets") or {}).items()},
+    }
+
+
+def machine() -> dict:
+    from benchmarks.report import cpu_model
+    from scratch_transformer.training import native_bf16_cpu
+
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False, timeout=10).stdout
+        model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name"))
+    except (OSError, subprocess.SubprocessError, StopIteration):
+        model = cpu_model()
+    native, evidence = native_bf16_cpu()
+    return {"cpu_model": model, "logical_cpus": os.cpu_count(), "native_bf16": native, "bf16_evidence": evidence}
+
+
+def git_commit() -> str:
+    def git(*command):
+        return subprocess.run(["git", *command], cwd=REPO_ROOT, capture_output=True, text=True, check=False).stdout
+
+    commit = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    return commit + (" + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no").strip() else "")
+
+
+def _number(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown_table(result: dict) -> str:
+    m = result["machine"]
+    splits = list(dict.fromkeys([*TEST_SETS, *(s for run in result["runs"].values() if run for s in run["test_sets"])]))
+    lines = [
+        f"## Quality side by side: ours and Marian, Multi30k {result['languages']}",
+        "",
+        (f"CPU {m['cpu_model']} ({m['logical_cpus']} logical CPUs), native bf16: "
+         f"{'yes' if m['native_bf16'] else 'no'} ({m['bf16_evidence']}); {result['date']}, commit {result['commit']}; "
+         f"budget {result['budget']}; test decoding: beam {result['num_beams']}."),
+        "",
+        "| model | parameters (with frozen) | precision | steps | training s | s/step | val BLEU | "
+        + " | ".join(f"{split} BLEU / chrF" for split in splits) + " |",
+        "|---|---:|---|---:|---:|---:|---:|" + "---:|" * len(splits),
+    ]
+    for side, run in result["runs"].items():
+        if run is None:
+            lines.append(f"| {side} | not run |" + " |" * (6 + len(splits)))
+            continue
+        scores = [run["test_sets"].get(split) for split in splits]
+        lines.append(
+            f"| {side} ({run['architecture']}) | {_number(run['num_parameters'], ',')} "
+            f"({_number(run['num_parameters_with_frozen'], ',')}) | {run['precision'] or '-'} | {_number(run['steps'], 'd')} "
+            f"| {_number(run['training_seconds'], '.0f')} | {_number(run['seconds_per_step'], '.3f')} "
+            f"| {_number(run['eval_bleu'], '.2f')} | "
+            + " | ".join("-" if s is None else f"{s['bleu']:.2f} / {s['chrf']:.2f}" for s in scores) + " |")
+    lines += ["", ("Training seconds exclude evaluation. Parameters: trainable, each shared tensor once; in brackets "
+                   "with the frozen ones (Marian's sinusoidal position tables are frozen parameters, ours a buffer).")]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)
+    out = Path(args.output_dir)
+    with open(REPO_ROOT / args.config, encoding="utf-8") as handle:
+        shipped = json.load(handle)
+    sides = [args.only] if args.only else list(SIDES)
+    commands, wall = {}, {}
+    if not args.report_only:
+        out.mkdir(parents=True, exist_ok=True)
+        marian_folder = None
+        if "marian" in sides:
+            marian_folder = write_marian_config(out / "marian_config",
+                                                marian_config_values(args.config, args.passthrough))
+        for side in sides:  # one after the other: never two runs sharing the cores
+            commands[side] = run_command(args, side, marian_folder)
+            wall[side] = run_side(commands[side], out / f"{side}.log", log)
+
+    runs = {side: read_run(out / side) for side in SIDES}
+    for side, run in runs.items():
+        if run is not None:
+            run["wall_seconds"] = wall.get(side)
+            run["command"] = shlex.join(commands[side]) if side in commands else None
+    minutes = args.max_train_minutes if args.max_train_minutes is not None else shipped.get("max_train_minutes")
+    budget_steps = _flag_value(args.passthrough, "max_steps") or shipped.get("max_steps")
+    result = {
+        "command": shlex.join([sys.executable, "-m", "benchmarks.quality", *(sys.argv[1:] if argv is None else argv)]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_commit(),
+        "machine": machine(),
+        "languages": f"{shipped.get('source_lang')}->{shipped.get('target_lang')}",
+        "budget": f"{minutes:g} min of training (or {budget_steps} steps)" if minutes else f"{budget_steps} steps",
+        "num_beams": _flag_value(args.passthrough, "num_beams") or shipped.get("num_beams"),
+        "passthrough": args.passthrough,
+        "runs": runs,
+    }
+    result["table"] = markdown_table(result)
+    Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output_json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(result["table"])
+    log(f"[quality] wrote {args.output_json}")
+    return result
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (ValueError, RuntimeError, OSError) as error:
+        sys.exit(f"python -m benchmarks.quality: error: {error}")

@@ -143,7 +143,8 @@ class TokenBatchSampler(Sampler):
     order is drawn from (seed, epoch) only, so a run resumed mid-epoch replays the interrupted epoch's batches
     exactly, and every process draws the same order. The heaviest global batch comes first, so that memory
     errors show at once: the one of the largest n x L^2 (n pairs of longest side L; the attention scores'
-    size; all full batches hold about the same n x L). The last global batch may be smaller than the others.
+    size; all full batches hold about the same n x L). The last two global batches may be smaller than the
+    others (`pack_token_batches` evens them out).
 
     For `num_processes` > 1 the sampler yields, for each global batch in turn, its `num_processes` shards
     (`split_global_batch`): accelerate's BatchSamplerShard gives shard k of every group to process k, so all

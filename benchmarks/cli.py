@@ -17,7 +17,17 @@ import torch
 
 import benchmarks
 from benchmarks import measure, report
-from benchmarks.contenders import ALL_CONTENDERS, COMMON, DEFAULT_CONTENDERS, FIGURES, SIZES, build_all
+from benchmarks.contenders import (
+    ALL_CONTENDERS,
+    COMMON,
+    DEFAULT_CONTENDERS,
+    FIGURES,
+    MAIN_JOB_LABEL_SMOOTHING,
+    SIZES,
+    TRAIN_FIGURES,
+    build_all,
+    main_job_precision,
+)
 from benchmarks.flops import analytic_flops
 
 BENCHMARKS_DIR = Path(__file__).resolve().parent
@@ -67,6 +77,8 @@ def main(argv=None) -> dict:
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
 
     log(f"[benchmark] size={args.size} threads={torch.get_num_threads()} contenders={args.contenders}")
+    precision, precision_reason = main_job_precision()
+    log(f"[benchmark] {report.cpu_model()}; the main job's precision here: {precision} ({precision_reason})")
     matmul_runs = [measure.measure_matmul(sizes, args.matmul_seconds)]
 
     contenders = build_all(args.contenders, sizes, args.seed)
@@ -84,12 +96,11 @@ def main(argv=None) -> dict:
         log(f"[benchmark] timing {figure} ...")
         if args.same_process:
             seconds[figure], model_seconds[figure] = measure.time_figure(contenders, figure, args.warmup, args.repeats)
-            if figure == "train":
-                losses = measure.final_losses(contenders)
+            if figure in TRAIN_FIGURES:
+                losses[figure] = measure.final_losses(contenders, figure)
         else:
-            seconds[figure], model_seconds[figure], figure_losses = measure.time_figure_in_child(
+            seconds[figure], model_seconds[figure], losses[figure] = measure.time_figure_in_child(
                 args.contenders, sizes, figure, args.seed, args.threads, args.warmup, args.repeats)
-            losses.update(figure_losses)
 
     matmul_runs.append(measure.measure_matmul(sizes, args.matmul_seconds))
     matmul = measure.matmul_summary(matmul_runs)
@@ -110,7 +121,14 @@ def main(argv=None) -> dict:
         "settings": {"repeats": args.repeats, "warmup": args.warmup, "seed": args.seed,
                      "timing_process": "this process" if args.same_process else "a fresh child process per figure",
                      "contenders": args.contenders, "figures": args.figures, "memory_runs": args.memory_runs,
-                     "dtype": "float32", "padding": "none (all positions are tokens; attention masks of ones passed)"},
+                     "dtype": "float32", "padding": "none (all positions are tokens; attention masks of ones passed)",
+                     "train_main_job": {
+                         "label_smoothing": MAIN_JOB_LABEL_SMOOTHING, "precision": precision,
+                         "precision_reason": precision_reason,
+                         "loss": "transformers.trainer_pt_utils.LabelSmoother(epsilon) on the float32 logits of a "
+                                 "forward pass (bf16 autocast when precision is bf16), as Seq2SeqTrainer with "
+                                 "label_smoothing_factor under accelerate's mixed precision; then backward and AdamW",
+                     }},
         "matmul": matmul,
         "flops": flops,
         "memory_method": measure.memory_method(args.memory_runs),

@@ -1,7 +1,8 @@
 """The contenders: one class per kind of model, each built by name in one place (`build`).
 
-A contender owns its model at one size, the shared batch, and the three workloads (`run(figure)`):
-a training step, greedy decoding and beam-4 decoding. What differs between kinds lives in the
+A contender owns its model at one size, the shared batch, and the workloads (`run(figure)`): a training
+step (fp32, plain cross-entropy), the main job's training step (label smoothing 0.1 through HF's
+LabelSmoother, in the precision the main job picks on this machine), greedy decoding and beam-4 decoding. What differs between kinds lives in the
 classes: how the model is built, how its loss and decoding are called, which figures it has,
 whether its generate() time can be split (forward hooks), and which extra FLOPs it executes.
 """
@@ -26,7 +27,17 @@ SIZES = {
 COMMON = dict(dropout=0.1, attention_dropout=0.1, max_position_embeddings=1024,
               pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
 FIRST_ORDINARY_ID = 4  # random tokens avoid pad/bos/eos and one spare special
-FIGURES = ("train", "greedy", "beam4")
+FIGURES = ("train", "train_main_job", "greedy", "beam4")
+TRAIN_FIGURES = ("train", "train_main_job")
+MAIN_JOB_LABEL_SMOOTHING = 0.1  # configs/multi30k_de_en.json: label_smoothing_factor
+
+
+def main_job_precision() -> tuple[str, str]:
+    """(precision, reason) that the main job's `--precision auto` picks on this CPU: "bf16" (autocast) where the
+    CPU computes bf16 natively (avx512_bf16 / amx_bf16), else "fp32" (scratch_transformer.training)."""
+    from scratch_transformer.training import choose_precision
+
+    return choose_precision(on_cpu=True)
 
 
 def ours_config(sizes: dict):
@@ -126,6 +137,31 @@ class Contender:
         self.optimizer.step()
         return float(loss.detach())
 
+    def main_job_loss(self, b: dict) -> torch.Tensor:
+        """The loss as Seq2SeqTrainer computes it with label_smoothing_factor=0.1 and its precision: the forward
+        pass (labels popped, teacher-forcing inputs from the collator, use_cache off as Trainer sets it) under
+        bf16 autocast when the main job would pick bf16 here, the logits made float32 as accelerate's
+        mixed-precision forward returns them, then HF's LabelSmoother (epsilon 0.1, -100 ignored) outside it."""
+        from transformers.trainer_pt_utils import LabelSmoother
+
+        precision, _ = main_job_precision()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits = self.logits(b)
+        return LabelSmoother(epsilon=MAIN_JOB_LABEL_SMOOTHING)({"logits": logits.float()}, b["labels"])
+
+    def logits(self, b: dict) -> torch.Tensor:
+        raise NotImplementedError(f"{self.name} has no main-job training step")
+
+    def train_step_main_job(self) -> float:
+        if self.optimizer is None:
+            self.make_optimizer()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.main_job_loss(self.batch)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.detach())
+
     def greedy(self) -> torch.Tensor:
         raise NotImplementedError
 
@@ -135,6 +171,8 @@ class Contender:
     def run(self, figure: str):
         if figure == "train":
             return self.train_step()
+        if figure == "train_main_job":
+            return self.train_step_main_job()
         out = {"greedy": self.greedy, "beam4": self.beam4}[figure]()
         expected = (self.sizes["batch_size"], 1 + self.sizes["tgt_len"])
         if tuple(out.shape) != expected:
@@ -175,6 +213,10 @@ class HFContender(Contender):
     def loss(self, b: dict) -> torch.Tensor:
         return self.model(input_ids=b["src"], attention_mask=b["src_mask"], labels=b["labels"]).loss
 
+    def logits(self, b: dict) -> torch.Tensor:
+        return self.model(input_ids=b["src"], attention_mask=b["src_mask"], decoder_input_ids=b["tgt_in"],
+                          use_cache=False).logits
+
     def _generate(self, num_beams: int) -> torch.Tensor:
         b, m = self.batch, self.sizes["tgt_len"]
         self.model.eval()
@@ -212,7 +254,7 @@ class MarianContender(HFContender):
 class NaiveContender(Contender):
     """The tutorial-style baseline: F.cross_entropy on its logits, greedy decoding without a cache."""
 
-    figures = ("train", "greedy")
+    figures = ("train", "greedy")  # no main-job step: the baseline is not an HF model
     executed_flops: ClassVar[dict] = {"greedy": "naive_greedy_executed_per_call"}
     attn_implementation = "naive (matmul + masked_fill + softmax)"
 

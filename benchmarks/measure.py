@@ -15,7 +15,15 @@ from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
-from benchmarks.contenders import FIGURES, Contender, build, build_all, contender_class, make_batch
+from benchmarks.contenders import (
+    FIGURES,
+    TRAIN_FIGURES,
+    Contender,
+    build,
+    build_all,
+    contender_class,
+    make_batch,
+)
 
 PRELOAD = [
     "torch",
@@ -35,7 +43,7 @@ def summarize(values: list[float]) -> dict:
 
 def figure_tokens(sizes: dict, figure: str) -> int:
     b = sizes["batch_size"]
-    if figure == "train":
+    if figure in TRAIN_FIGURES:
         return b * (sizes["src_len"] + sizes["tgt_len"])
     return b * sizes["tgt_len"]  # new tokens; beam-4 counted as batch * M
 
@@ -127,17 +135,18 @@ def time_figure(contenders: list[Contender], figure: str, warmup: int, repeats: 
     return seconds, model_seconds
 
 
-def final_losses(contenders: list[Contender]) -> dict:
-    """One more training step per contender, for a sanity look at the loss."""
-    return {c.name: c.train_step() for c in contenders}
+def final_losses(contenders: list[Contender], figure: str = "train") -> dict:
+    """One more training step of this figure per contender that has it, for a sanity look at the loss."""
+    return {c.name: c.run(figure) for c in contenders if c.supports(figure)}
 
 
 def timing_child(names, sizes, figure, seed, threads, warmup, repeats) -> tuple[dict, dict, dict]:
-    """time_figure for one figure in a fresh process; also one more training step's loss per contender."""
+    """time_figure for one figure in a fresh process; for a training figure also one more step's loss per
+    contender."""
     _child_setup(threads)
     contenders = build_all(names, sizes, seed)
     seconds, model_seconds = time_figure(contenders, figure, warmup, repeats)
-    losses = final_losses(contenders) if figure == "train" else {}
+    losses = final_losses(contenders, figure) if figure in TRAIN_FIGURES else {}
     return seconds, model_seconds, losses
 
 
@@ -164,7 +173,7 @@ def memory_child(name: str, sizes: dict, figure: str, seed: int, threads: int, r
     rss_start = _proc_status_kb("VmRSS")
     c = build(name, sizes, seed)
     c.set_batch(make_batch(sizes, seed))
-    if figure == "train":
+    if figure in TRAIN_FIGURES:
         c.make_optimizer()
     rss_before = _proc_status_kb("VmRSS")
     with open("/proc/self/clear_refs", "w") as fh:

@@ -1,4 +1,5 @@
-"""The benchmark end to end at --size tiny, 1 repeat: the JSON holds positive finite figures.
+"""The benchmark end to end at --size tiny, 1 repeat: the JSON holds positive finite figures, the main job's training
+step (label smoothing 0.1, the precision the main job picks here) computes HF's label-smoothed loss.
 
 `python -m benchmarks` (from the repository root) is the command; `scripts/benchmark.py` hands over to it."""
 
@@ -7,6 +8,8 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+
+from scratch_transformer.training import choose_precision, native_bf16_cpu
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTENDERS = ("ours-eager", "ours-sdpa", "marian", "naive")
@@ -18,6 +21,8 @@ RATIO_KEYS = (
     "greedy_ours_eager_over_naive",
     "greedy_ours_eager_over_marian",
     "beam4_ours_eager_over_marian",
+    "train_main_job_ours_sdpa_over_marian",
+    "train_main_job_ours_eager_over_marian",
 )
 
 
@@ -37,6 +42,10 @@ def test_benchmark_tiny_end_to_end(tmp_path):
     assert out.exists()
     assert "| ours-sdpa |" in proc.stdout and "train_ours_sdpa_over_marian" in proc.stdout
     assert "| marian | greedy |" in proc.stdout  # the decoding time split table
+    native, evidence = native_bf16_cpu()
+    precision, reason = choose_precision(on_cpu=True)
+    assert f"native bf16: {'yes' if native else 'no'} ({evidence}); the main job trains here in {precision}." in proc.stdout
+    assert "| contender | attn | main-job step tok/s |" in proc.stdout
 
     result = json.loads(out.read_text())
     assert result["size"] == "tiny"
@@ -44,6 +53,10 @@ def test_benchmark_tiny_end_to_end(tmp_path):
     assert "-m benchmarks --size tiny" in result["command"]  # the command that reproduces the run
     machine = result["machine"]
     assert machine["threads"] == 1 and machine["torch"] and machine["cpu_model"]
+    assert machine["native_bf16"] is native and machine["native_bf16_evidence"] == evidence
+    main_job = result["settings"]["train_main_job"]
+    assert main_job["precision"] == precision and main_job["precision_reason"] == reason
+    assert main_job["label_smoothing"] == 0.1
     assert _positive_finite(result["matmul"]["reference_gflops"])
     assert all(_positive_finite(x) for x in result["matmul"]["square_1024"])
     assert _positive_finite(result["flops"]["train_per_step"])
@@ -52,7 +65,7 @@ def test_benchmark_tiny_end_to_end(tmp_path):
     trainable = {c["params"]["trainable"] for c in result["contenders"].values()}
     assert len(trainable) == 1, f"parameter counts differ: {trainable}"
     for name, c in result["contenders"].items():
-        figures = ("train", "greedy") if name == "naive" else ("train", "greedy", "beam4")
+        figures = ("train", "greedy") if name == "naive" else ("train", "train_main_job", "greedy", "beam4")
         for figure in figures:
             fig = c["figures"][figure]
             for stat in ("median", "min", "max"):
@@ -61,12 +74,16 @@ def test_benchmark_tiny_end_to_end(tmp_path):
             assert _positive_finite(fig["fraction_of_matmul"]), (name, figure)
             assert _positive_finite(c["memory"][figure]["peak_rss_mb"]), (name, figure)
             assert c["memory"][figure]["peak_delta_mb"] >= 0, (name, figure)
-            if figure != "train" and name != "naive":  # generate() time split into model / generate's own
+            if not figure.startswith("train") and name != "naive":  # generate() time split into model / generate's own
                 inside, total = fig["model_seconds"]["median"], fig["seconds"]["median"]
                 assert 0 < inside < total, (name, figure, inside, total)
                 assert _positive_finite(fig["generate_own_seconds"]["median"]), (name, figure)
         assert math.isfinite(c["final_train_loss"])
+        if name != "naive":  # label-smoothed: above the plain loss's share, near ln(128) = 4.85 untrained
+            assert 3 < c["final_train_main_job_loss"] < 7, name
     assert "beam4" not in result["contenders"]["naive"]["figures"]
+    assert "train_main_job" not in result["contenders"]["naive"]["figures"]
+    assert result["contenders"]["naive"]["final_train_main_job_loss"] is None
 
     for key in RATIO_KEYS:
         assert _positive_finite(result["ratios"].get(key)), key
@@ -118,3 +135,42 @@ def test_contenders_carry_their_differences():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "ok 5"
+
+
+def test_main_job_step_is_label_smoothed_in_the_main_jobs_precision():
+    """The train_main_job figure's loss is HF's LabelSmoother with epsilon 0.1 on the float32 logits of a forward
+    pass in the precision choose_precision picks (checked against F.cross_entropy(label_smoothing=0.1), a separate
+    implementation of the same formula, with some labels -100); its step updates the weights. Dropout off (eval)
+    so the two forward passes agree. In a child process at the repository root, where `benchmarks` imports."""
+    code = (
+        "import torch, torch.nn.functional as F\n"
+        "from benchmarks.contenders import SIZES, build, make_batch, main_job_precision\n"
+        "from scratch_transformer.training import choose_precision\n"
+        "precision = main_job_precision()[0]\n"
+        "assert precision == choose_precision(on_cpu=True)[0]\n"
+        "batch = make_batch(SIZES['tiny'], 0)\n"
+        "batch['labels'][:, -2:] = -100\n"
+        "for name in ('ours-sdpa', 'ours-eager', 'marian'):\n"
+        "    c = build(name, SIZES['tiny'], seed=0)\n"
+        "    c.set_batch(batch)\n"
+        "    c.model.eval()\n"
+        "    loss = c.main_job_loss(batch)\n"
+        "    with torch.autocast('cpu', dtype=torch.bfloat16, enabled=precision == 'bf16'):\n"
+        "        logits = c.model(input_ids=batch['src'], attention_mask=batch['src_mask'],\n"
+        "                         decoder_input_ids=batch['tgt_in'], use_cache=False).logits\n"
+        "    if name.startswith('ours'):  # Marian adds its float32 final_logits_bias: float32 logits\n"
+        "        assert logits.dtype == (torch.bfloat16 if precision == 'bf16' else torch.float32), logits.dtype\n"
+        "    expected = F.cross_entropy(logits.float().flatten(0, 1), batch['labels'].flatten(), ignore_index=-100,\n"
+        "                               label_smoothing=0.1)\n"
+        "    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)\n"
+        "    plain = F.cross_entropy(logits.float().flatten(0, 1), batch['labels'].flatten(), ignore_index=-100)\n"
+        "    assert not torch.isclose(loss, plain), (name, float(loss.detach()), float(plain.detach()))\n"
+        "    before = c.model.get_output_embeddings().weight.detach().clone()\n"
+        "    step_loss = c.run('train_main_job')\n"
+        "    assert abs(step_loss - float(loss.detach())) < 0.5 and c.model.training, (name, step_loss)\n"
+        "    assert not torch.equal(before, c.model.get_output_embeddings().weight), name\n"
+        "print('ok', precision)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == f"ok {choose_precision(on_cpu=True)[0]}"

@@ -222,6 +222,8 @@ def markdown_table(result: dict) -> str:
             f"| {_number(run['training_seconds'], '.0f')} | {_number(run['seconds_per_step'], '.3f')} "
             f"| {_number(run['eval_bleu'], '.2f')} | "
             + " | ".join("-" if s is None else f"{s['bleu']:.2f} / {s['chrf']:.2f}" for s in scores) + " |")
+    if result.get("passthrough"):
+        lines += ["", f"Flags passed to both runs: `{shlex.join(result['passthrough'])}`."]
     lines += ["", ("Training seconds exclude evaluation. Parameters: trainable, each shared tensor once; in brackets "
                    "with the frozen ones (Marian's sinusoidal position tables are frozen parameters, ours a buffer).")]
     return "\n".join(lines)

@@ -111,7 +111,15 @@ def search_options(search: str) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
+    try:
+        return _run(args, argv)
+    finally:
+        torch.set_num_threads(threads)  # called from Python (tests): leave the caller's setting as it was
+
+
+def _run(args, argv) -> dict:
     import sacrebleu
 
     from scratch_transformer.inference import translate

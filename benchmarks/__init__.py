@@ -2,6 +2,9 @@
 
 Run from the repository root: `python -m benchmarks --size small --repeats 3` (`--help` for the
 flags; `python scripts/benchmark.py ...` is kept as a shim that runs the same command).
+A trained model through each inference engine (torch, torch int8, CTranslate2): `python -m
+benchmarks.inference_engines --model outputs/multi30k_de_en`; quality side by side with Marian:
+`python -m benchmarks.quality`.
 
 Contenders, all at identical sizes, from the same seed, fp32 on CPU (benchmarks/contenders.py):
     ours-eager   ScratchTransformerForConditionalGeneration, config._attn_implementation = "eager"
@@ -19,6 +22,11 @@ repeats (benchmarks/measure.py). Fresh processes because leftovers change the ne
 training figure in the same process, beam-4 ours/Marian went from 1.20 to 1.01 (glibc's heap state,
 see BENCHMARKS.md).
     train    forward + backward + AdamW step in train mode with labels; (source + target) tokens/s
+    train_main_job  the main job's step as it runs (ours and Marian): forward in the precision the main
+             job picks on this machine (scratch_transformer.training.choose_precision: bf16 autocast
+             on a CPU with native bf16, fp32 elsewhere), float32 logits, HF's LabelSmoother with
+             epsilon 0.1, backward and AdamW step; the report's header gives the CPU model and
+             whether it computes bf16 natively
     greedy   new tokens/s of model.generate(do_sample=False, num_beams=1, min_new_tokens=M,
              max_new_tokens=M, attention_mask=...); for naive, naive_greedy_decode (M steps, no cache)
     beam4    model.generate(num_beams=4, same M); new tokens/s counted as batch * M

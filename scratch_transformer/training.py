@@ -69,7 +69,8 @@ def choose_precision(on_cpu: bool) -> tuple[str, str]:
 
 
 class WallClockBudgetCallback(TrainerCallback, ExportableState):
-    """Stops training once `max_minutes` of training time have passed; evaluation time is not counted.
+    """Stops training once `max_minutes` of training time have passed; evaluation and checkpoint saving are not
+    counted.
 
     A budget in time (not steps) makes a run fit the machine whatever its speed, and `budget_schedule`
     lays the learning-rate schedule on the same clock. The training time travels in each checkpoint
@@ -86,6 +87,7 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
         self.offset = 0.0  # training seconds of the run before a resume
         self.training_seconds = 0.0
         self.elapsed_at_last_step = 0.0  # the same on every process
+        self._step_end, self._excluded_at_step_end = None, 0.0
 
     def state(self) -> dict:  # ExportableState: saved in every checkpoint's trainer_state.json
         return {"args": {"max_minutes": self.max_seconds / 60}, "attributes": {"training_seconds": self.elapsed()}}
@@ -109,10 +111,19 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
             logger.info("resuming the training-time budget at %.1f of %.1f min", self.offset / 60,
                         self.max_seconds / 60)
         self.start, self.excluded = time.perf_counter(), 0.0
+        self._step_end, self._excluded_at_step_end = None, 0.0
         self.training_seconds = self.elapsed_at_last_step = self.offset
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         self.excluded += float((metrics or {}).get("eval_runtime", 0.0))
+
+    def on_save(self, args, state, control, **kwargs):
+        # Saving a checkpoint is no training either: all the time since the step ended (logging, evaluation,
+        # the save itself) is left out. Under load a save can take a large part of a short budget, which
+        # would cut the decay short by the time it took.
+        if self.start is not None and self._step_end is not None:
+            window = time.perf_counter() - self._step_end
+            self.excluded = max(self.excluded, self._excluded_at_step_end + window)
 
     def on_step_end(self, args, state, control, **kwargs):
         self.training_seconds = self.elapsed()
@@ -125,6 +136,7 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
 
             elapsed = broadcast_object_list([elapsed], from_process=0)[0]
         self.elapsed_at_last_step = elapsed
+        self._step_end, self._excluded_at_step_end = time.perf_counter(), self.excluded
         if elapsed >= self.max_seconds:
             logger.info("training-time budget of %.1f min reached at step %d", self.max_seconds / 60,
                         state.global_step)

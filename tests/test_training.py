@@ -148,3 +148,23 @@ def test_budget_clock_travels_in_the_checkpoint(monkeypatch):
     clock[0] = 1018.0
     control = resumed.on_step_end(SimpleNamespace(world_size=1), state, TrainerControl())
     assert control.should_training_stop and resumed.training_seconds == pytest.approx(60.0)
+
+
+def test_budget_leaves_out_checkpoint_saving():
+    """The time from a step's end to the end of its checkpoint save (logging, evaluation, saving) is not
+    training time; the time of the next step is."""
+    import time
+
+    budget = training.WallClockBudgetCallback(1.0)
+    args, control = SimpleNamespace(world_size=1), TrainerControl()
+    state = SimpleNamespace(stateful_callbacks=None, global_step=1)
+    budget.on_train_begin(args, state, control)
+    time.sleep(0.05)
+    budget.on_step_end(args, state, control)
+    before = budget.elapsed()
+    time.sleep(0.3)  # the save
+    budget.on_save(args, state, control)
+    assert budget.elapsed() - before < 0.05
+    time.sleep(0.2)  # the next step
+    budget.on_step_end(args, state, control)
+    assert budget.elapsed_at_last_step - before >= 0.19

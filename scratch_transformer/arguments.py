@@ -26,7 +26,9 @@ class ModelArguments:
                           "Leave empty to build a new model and train a new tokenizer."},
     )
     config_name: str | None = field(
-        default=None, metadata={"help": "A config.json (or folder) for a new model; default: the paper's base."}
+        default=None, metadata={"help": "A config.json (or folder) for a new model; default: the paper's base. "
+                                        "Another architecture's config (e.g. a MarianConfig's folder) trains "
+                                        "that model through the same pipeline."}
     )
     config_overrides: str | None = field(
         default=None,

@@ -251,6 +251,14 @@ def _architecture_values(config) -> dict:
             "norm": f"as {config.model_type}" if pre_layer_norm is None else "pre-LN" if pre_layer_norm else "post-LN"}
 
 
+def _batch_summary(training_args) -> str:
+    """'batch 128' (sentences per process), or 'batches of up to 4096 tokens' with --max_tokens_per_batch."""
+    tokens = getattr(training_args, "max_tokens_per_batch", None)
+    if tokens:
+        return f"batches of up to {tokens} source and {tokens} target tokens"
+    return f"batch {training_args.per_device_train_batch_size}"
+
+
 def _render_card(output_dir, results, model, tokenizer, model_args, data_args, training_args, decoding):
     from .card import render_model_card
 
@@ -271,7 +279,7 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
         "architecture": type(model).__name__, "custom_code": bool(getattr(model, "_auto_class", None)),
         "vocab_size": len(tokenizer), "example_source": examples[0]["source"].replace('"', "'"),
         "training_summary": (
-            f"{results.get('train_steps', '?')} steps of batch {training_args.per_device_train_batch_size} "
+            f"{results.get('train_steps', '?')} steps of {_batch_summary(training_args)} "
             f"x {training_args.world_size} process(es), Adam (0.9, {training_args.adam_beta2}, "
             f"{training_args.adam_epsilon}), schedule: {_schedule_summary(training_args)}, "
             f"label smoothing {training_args.label_smoothing_factor}; "

@@ -94,3 +94,13 @@ def test_card_code_runs_as_printed_without_the_package_or_a_prompt(tiny_model_di
 
 if __name__ == "__main__":
     pytest.main([__file__])
+
+
+def test_training_summary_names_token_batches():
+    from types import SimpleNamespace
+
+    from scratch_transformer.translation import _batch_summary
+
+    assert _batch_summary(SimpleNamespace(max_tokens_per_batch=None, per_device_train_batch_size=8)) == "batch 8"
+    assert (_batch_summary(SimpleNamespace(max_tokens_per_batch=4096, per_device_train_batch_size=8))
+            == "batches of up to 4096 source and 4096 target tokens")

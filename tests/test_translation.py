@@ -393,13 +393,14 @@ def test_a_budget_run_ends_at_the_end_of_its_learning_rate_schedule(tmp_path, bu
 
     import torch
 
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if busy else 0)]
     # With busy cores, torch's 2 intra-op threads wait at every parallel region for a thread the OS has
     # descheduled: single steps then take a large, random share of the 9 s budget, and the last logged rate
     # (set after the step before) stays high by that share. One thread keeps steps short and regular.
     threads = torch.get_num_threads()
-    torch.set_num_threads(1 if busy else threads)
+    burners = []
     try:
+        burners += [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if busy else 0)]
+        torch.set_num_threads(1 if busy else threads)
         train_translation.main(budget_run_flags(tmp_path / "run"))
     finally:
         torch.set_num_threads(threads)

@@ -31,6 +31,10 @@ class ScratchTransformerConfig(PreTrainedConfig):
             (joint vocabulary, paper 3.4); the target embedding is always tied to the output
             projection when `tie_word_embeddings` is True.
         layer_norm_eps (`float`): LayerNorm epsilon.
+        init_std (`float` or None): None = the paper's initialisation, Xavier-uniform linear layers (the
+            reference implementation's choice) and N(0, d_model^-1/2) embeddings, whose scaled rows then have
+            the positional encoding's unit amplitude (paper 3.4); a float s = N(0, s) for every linear and
+            embedding weight, as BART and Marian initialise (their `init_std`, 0.02).
         pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id (`int`): special ids.
 
     The HF names of `attribute_map` (hidden_size, num_attention_heads, num_hidden_layers, intermediate_size,
@@ -112,6 +116,9 @@ class ScratchTransformerConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        if self.init_std is not None and (isinstance(self.init_std, bool) or not isinstance(self.init_std, (int, float))
+                                          or not self.init_std > 0):
+            raise ValueError(f"init_std must be a positive number or None (the paper's init), got {self.init_std!r}")
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):

@@ -527,7 +527,7 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 
 class ScratchTransformerPreTrainedModel(PreTrainedModel):
-    """Weight init (Xavier linears, N(0, d^-1/2) embeddings, paper 3.4) and HF plumbing."""
+    """Weight init (Xavier linears, N(0, d^-1/2) embeddings, paper 3.4; or N(0, init_std) for all) and HF plumbing."""
 
     config_class = ScratchTransformerConfig
     config: ScratchTransformerConfig
@@ -538,13 +538,17 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["ScratchTransformerEncoderLayer", "ScratchTransformerDecoderLayer"]
 
     def _init_weights(self, module):
+        # config.init_std None: the paper's init; a float s: N(0, s) for every weight matrix (BART/Marian's).
+        std = self.config.init_std
         if isinstance(module, nn.Linear):
-            init.xavier_uniform_(module.weight)
+            if std is None:
+                init.xavier_uniform_(module.weight)
+            else:
+                init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            std = self.config.init_std or self.config.d_model**-0.5
-            init.normal_(module.weight, mean=0.0, std=std)
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5 if std is None else std)
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)

@@ -614,3 +614,35 @@ def test_checkpoint_saved_by_older_code_loads_with_identical_logits(variant):
     for path, logits in got.items():
         recorded = expected[f"{variant}.{path}"]
         assert torch.equal(logits, recorded), (path, (logits - recorded).abs().max())
+
+
+def test_init_std_none_is_the_papers_init_and_a_float_is_normal_everywhere():
+    """None: Xavier-uniform linears (bounded by sqrt(6 / (fan_in + fan_out))) and N(0, d^-1/2) embeddings
+    (paper 3.4); a float s: N(0, s) for every linear and embedding weight, biases zero, LayerNorms 1/0."""
+    torch.manual_seed(0)
+    d_model, d_ff = 128, 512
+    tester = ModelTester()
+    paper = ScratchTransformerForConditionalGeneration(tester.config(d_model=d_model, d_ff=d_ff, vocab_size=2000))
+    fc1 = paper.model.encoder.layers[0].ffn.fc1.weight
+    bound = math.sqrt(6 / (d_model + d_ff))
+    assert fc1.abs().max().item() <= bound and fc1.abs().max().item() > 0.98 * bound
+    assert fc1.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.02)
+    assert paper.get_input_embeddings().weight.std().item() == pytest.approx(d_model**-0.5, rel=0.02)
+
+    normal = ScratchTransformerForConditionalGeneration(
+        tester.config(d_model=d_model, d_ff=d_ff, vocab_size=2000, init_std=0.02))
+    for name, param in normal.named_parameters():
+        if name.endswith(".weight") and param.dim() == 2:
+            assert param.std().item() == pytest.approx(0.02, rel=0.05), name
+            assert param.abs().max().item() > 3 * 0.02, name  # a normal's tail, not a uniform's bound
+        elif name.endswith(".bias"):
+            assert torch.count_nonzero(param).item() == 0, name
+    norm = normal.model.encoder.layers[0].self_attn_layer_norm
+    assert torch.equal(norm.weight, torch.ones_like(norm.weight)) and torch.count_nonzero(norm.bias).item() == 0
+    assert normal.model.decoder.embed_tokens.weight.data_ptr() == normal.get_output_embeddings().weight.data_ptr()
+
+
+@pytest.mark.parametrize("value", [0, -0.02, True, "0.02"])
+def test_init_std_must_be_a_positive_number(value):
+    with pytest.raises(ValueError, match="init_std must be a positive number"):
+        ScratchTransformerConfig(init_std=value)

@@ -1,0 +1,65 @@
+"""benchmarks/recipe.py: the proxy runs of the recipe study (their commands, the variants' flags against the
+main job's parser and the model config, the table read back from run folders)."""
+
+import json
+
+import pytest
+from conftest import REPO_ROOT
+from helpers import train_translation
+from test_quality_benchmark import write_run
+
+from benchmarks import recipe
+from scratch_transformer import ScratchTransformerConfig
+
+SHIPPED = json.loads((REPO_ROOT / recipe.CONFIG).read_text())
+
+
+def test_the_studys_shipped_overrides_are_the_configs():
+    """Variants that change the model repeat the shipped overrides: they must not drift from the config file."""
+    assert recipe.SHIPPED_OVERRIDES == SHIPPED["config_overrides"]
+
+
+@pytest.mark.parametrize("name", list(recipe.VARIANTS))
+def test_every_variant_parses_as_main_job_flags_and_builds_a_valid_config(name):
+    args = recipe.parse_args(["--variants", name])
+    command = recipe.run_command(args, name)
+    assert command[1:3] == [recipe.SCRIPT, recipe.CONFIG]
+    model_args, data_args, training_args = train_translation.parse_args(command[2:])
+    assert training_args.max_train_minutes == 6.0 and training_args.save_steps == 35
+    assert data_args.test_split == "test_2016_flickr" and training_args.eval_strategy == "no"
+    fields = dict(item.split("=", 1) for item in model_args.config_overrides.split(","))
+    config = ScratchTransformerConfig(**{key: json.loads(value) for key, value in fields.items()})
+    flags = recipe.VARIANTS[name][0]
+    if "--config_overrides" in flags:  # the change is in, the rest is as shipped
+        changed = dict(item.split("=", 1) for item in flags[flags.index("--config_overrides") + 1].split(","))
+        assert {key: fields[key] for key in changed} == changed
+        assert config.d_model % config.num_heads == 0
+    else:
+        assert model_args.config_overrides == SHIPPED["config_overrides"]
+
+
+def test_variant_flags_win_over_the_proxy_flags_and_passthrough_wins_over_both():
+    args = recipe.parse_args(["--variants", "lr_2e-3", "--proxy_minutes", "2", "--learning_rate", "3e-3"])
+    _, _, training_args = train_translation.parse_args(recipe.run_command(args, "lr_2e-3")[2:])
+    assert training_args.learning_rate == 3e-3 and training_args.max_train_minutes == 2.0
+
+
+def test_unknown_variants_and_a_non_positive_budget_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--variants", "baseline,no_such_lever"])
+    assert "unknown variant(s) ['no_such_lever']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--proxy_minutes", "0"])
+    assert "--proxy_minutes must be positive" in capsys.readouterr().err
+
+
+def test_report_only_tables_the_existing_runs_in_the_variants_order(tmp_path, capsys):
+    write_run(tmp_path / "init_std_0.02", "scratch_transformer", 520, 360.0, 30.5)
+    write_run(tmp_path / "baseline", "scratch_transformer", 500, 360.0, 28.0)
+    result = recipe.main(["--report_only", "--output_dir", str(tmp_path)])
+    assert list(result["runs"]) == ["baseline", "init_std_0.02"]
+    printed = capsys.readouterr().out
+    assert "| baseline | the shipped config | 500 | 0.720 | 28.00 | 28.00 / 50.00 |" in printed
+    assert "| init_std_0.02 | N(0, 0.02) for every weight (Marian's init) | 520 | 0.692 | 30.50 | 30.50 / 50.00 |" \
+        in printed
+    assert json.loads((tmp_path / "recipe.json").read_text())["table"] == printed.strip()

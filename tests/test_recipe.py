@@ -25,8 +25,10 @@ def test_every_variant_parses_as_main_job_flags_and_builds_a_valid_config(name):
     command = recipe.run_command(args, name)
     assert command[1:3] == [recipe.SCRIPT, recipe.CONFIG]
     model_args, data_args, training_args = train_translation.parse_args(command[2:])
-    assert training_args.max_train_minutes == 6.0 and training_args.save_steps == 35
-    assert data_args.test_split == "test_2016_flickr" and training_args.eval_strategy == "no"
+    assert (training_args.max_steps, training_args.schedule_on_budget, training_args.save_steps) == (500, False, 35)
+    if "--warmup_steps" not in recipe.VARIANTS[name][0]:
+        assert training_args.warmup_steps == SHIPPED["warmup_steps"] < 1  # the same share of the steps
+    assert not training_args.do_predict and training_args.eval_strategy == "no"
     fields = dict(item.split("=", 1) for item in model_args.config_overrides.split(","))
     config = ScratchTransformerConfig(**{key: json.loads(value) for key, value in fields.items()})
     flags = recipe.VARIANTS[name][0]
@@ -42,15 +44,17 @@ def test_variant_flags_win_over_the_proxy_flags_and_passthrough_wins_over_both()
     args = recipe.parse_args(["--variants", "lr_2e-3", "--proxy_minutes", "2", "--learning_rate", "3e-3"])
     _, _, training_args = train_translation.parse_args(recipe.run_command(args, "lr_2e-3")[2:])
     assert training_args.learning_rate == 3e-3 and training_args.max_train_minutes == 2.0
+    assert training_args.schedule_on_budget  # minutes: the schedule on the budget, as in the main job
 
 
 def test_unknown_variants_and_a_non_positive_budget_are_refused(capsys):
     with pytest.raises(SystemExit):
         recipe.parse_args(["--variants", "baseline,no_such_lever"])
     assert "unknown variant(s) ['no_such_lever']" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        recipe.parse_args(["--proxy_minutes", "0"])
-    assert "--proxy_minutes must be positive" in capsys.readouterr().err
+    for flag in ("--proxy_minutes", "--proxy_steps"):
+        with pytest.raises(SystemExit):
+            recipe.parse_args([flag, "0"])
+        assert f"{flag} must be positive" in capsys.readouterr().err
 
 
 def test_report_only_tables_the_existing_runs_in_the_variants_order(tmp_path, capsys):
@@ -59,7 +63,7 @@ def test_report_only_tables_the_existing_runs_in_the_variants_order(tmp_path, ca
     result = recipe.main(["--report_only", "--output_dir", str(tmp_path)])
     assert list(result["runs"]) == ["baseline", "init_std_0.02"]
     printed = capsys.readouterr().out
-    assert "| baseline | the shipped config | 500 | 0.720 | 28.00 | 28.00 / 50.00 |" in printed
-    assert "| init_std_0.02 | N(0, 0.02) for every weight (Marian's init) | 520 | 0.692 | 30.50 | 30.50 / 50.00 |" \
-        in printed
+    assert "proxies of the main job (500 steps each)" in printed
+    assert "| baseline | the shipped config | 500 | 0.720 | 28.00 / - |" in printed
+    assert "| init_std_0.02 | N(0, 0.02) for every weight (Marian's init) | 520 | 0.692 | 30.50 / - |" in printed
     assert json.loads((tmp_path / "recipe.json").read_text())["table"] == printed.strip()

@@ -22,14 +22,17 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import json
 import logging
 import os
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import datasets
+from datasets.exceptions import DatasetGenerationError
+from datasets.fingerprint import Hasher
 
 from .paths import local_parent
 
@@ -445,20 +448,105 @@ def _read_text(path: str) -> str:
         raise ValueError(f"{path} is not valid UTF-8 (line {line}, byte {e.start}): {e.reason}") from e
 
 
-def _read_lines(path: str) -> list[str]:
-    """Lines of a UTF-8 text file (``.gz`` decompressed), split on ``\\n`` only.
+class _ParallelTextError(ValueError):
+    """A problem with a file of a parallel folder, raised inside the Arrow generator (which `datasets` wraps in
+    a DatasetGenerationError) and re-raised as it is."""
 
-    Splitting on ``\\n`` only (not ``str.splitlines``) keeps line counts equal to what
-    ``wc -l`` reports even if a sentence contains U+2028, U+0085, form feeds etc.; a
-    trailing ``\\r`` (CRLF files) is removed later by stripping.
+
+def _open_lines(path: str):
+    """The file opened for reading bytes (``.gz`` decompressed on the fly); iterating it splits on ``\\n`` only."""
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _decoded_lines(path: str) -> Iterator[str]:
+    """Lines of a UTF-8 text file (``.gz`` decompressed), one at a time, without their ``\\n``.
+
+    Splitting on ``\\n`` only (not ``str.splitlines``) keeps line counts equal to what ``wc -l`` reports even
+    if a sentence contains U+2028, U+0085, form feeds etc.; a trailing ``\\r`` (CRLF files) is removed later by
+    stripping. A leading byte order mark is dropped. A UTF-8 sequence never contains the byte ``\\n``, so
+    decoding line by line is decoding the whole file.
+
+    Raises:
+        _ParallelTextError (a ValueError) naming the file: it cannot be read, is not a valid (or is a
+            truncated) gzip file, or is not valid UTF-8 (with the line and file byte offset of the first bad byte).
     """
-    text = _read_text(path)
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":  # final newline
-        lines.pop()
-    return lines
+    offset = 0
+    try:
+        with _open_lines(path) as f:
+            for lineno, raw in enumerate(f, 1):
+                start = 0
+                if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    start = 3
+                try:
+                    text = raw[start:].decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise _ParallelTextError(f"{path} is not valid UTF-8 (line {lineno}, byte "
+                                             f"{offset + start + e.start}): {e.reason}") from e
+                offset += len(raw)
+                yield text[:-1] if text.endswith("\n") else text
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise _ParallelTextError(f"{path} is not a valid gzip file (truncated or corrupt): {e}") from e
+    except OSError as e:
+        raise _ParallelTextError(f"cannot read {path}: {e}") from e
+
+
+def _is_empty(path: str) -> bool:
+    """True for a file without a single line (a broken file is not empty: reading it reports the problem)."""
+    try:
+        with _open_lines(path) as f:
+            return not f.read(1)
+    except (EOFError, zlib.error, OSError):
+        return False
+
+
+def _parallel_lines(split: str, src_path: str, tgt_path: str, src_lang: str, tgt_lang: str) -> Iterator[dict[str, str]]:
+    """Generator of ``{src_lang: line, tgt_lang: line}`` rows of two line-aligned files, read in step (for
+    ``datasets.Dataset.from_generator``: no file is held in memory).
+
+    Raises:
+        _ParallelTextError: the files have different line counts (both files and both counts named; the longer
+            one is read to its end to count it), or a problem of `_decoded_lines`.
+    """
+    src_lines, tgt_lines = _decoded_lines(src_path), _decoded_lines(tgt_path)
+    for n, (s, t) in enumerate(itertools.zip_longest(src_lines, tgt_lines), 1):
+        if s is None or t is None:
+            longer = src_lines if t is None else tgt_lines
+            total = n + sum(1 for _ in longer)
+            src_n, tgt_n = (total, n - 1) if t is None else (n - 1, total)
+            raise _ParallelTextError(f"line counts differ in split {split!r}: {src_path} has {src_n} lines but "
+                                     f"{tgt_path} has {tgt_n} lines")
+        yield {src_lang: s, tgt_lang: t}
+
+
+def _read_parallel_files(split: str, src_path: str, tgt_path: str, src_lang: str, tgt_lang: str) -> datasets.Dataset:
+    """Two line-aligned files as a memory-mapped Arrow dataset with the columns ``[src_lang, tgt_lang]``.
+
+    Written once by ``datasets.Dataset.from_generator`` into the `datasets` cache; its fingerprint is made of
+    the files' paths, sizes and modification times (and the languages), so a rerun on the same files loads the
+    Arrow file again without reading the text, and an edited file is read anew.
+
+    Raises:
+        ValueError: line counts differ, or a file is not valid UTF-8 / not valid gzip (see `_parallel_lines`).
+    """
+    stats = [(os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in (src_path, tgt_path)]
+    # the version tag stands for the code of the generator: change it with that code, so old caches are not reused
+    fingerprint = Hasher.hash(["parallel-folder-v1", stats, src_lang, tgt_lang])
+    features = datasets.Features({src_lang: datasets.Value("string"), tgt_lang: datasets.Value("string")})
+    if all(_is_empty(path) for path in (src_path, tgt_path)):  # the builder refuses to write no rows
+        return datasets.Dataset.from_dict({src_lang: [], tgt_lang: []}, features=features)
+    try:
+        return datasets.Dataset.from_generator(
+            _parallel_lines, features=features, fingerprint=fingerprint,
+            gen_kwargs={"split": split, "src_path": src_path, "tgt_path": tgt_path, "src_lang": src_lang,
+                        "tgt_lang": tgt_lang},
+        )
+    except DatasetGenerationError as e:
+        cause = e.__cause__
+        while cause is not None and not isinstance(cause, _ParallelTextError):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        raise ValueError(str(cause)) from cause
 
 
 def _load_parallel_folder(
@@ -506,16 +594,7 @@ def _load_parallel_folder(
                     f"splits found for {src_lang}-{tgt_lang}: {complete}" + _unread_hint(folder, [split])
                 )
         src_path, tgt_path = langs[src_lang], langs[tgt_lang]
-        src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
-        if len(src_lines) != len(tgt_lines):
-            raise ValueError(
-                f"line counts differ in split {split!r}: {src_path} has {len(src_lines)} lines "
-                f"but {tgt_path} has {len(tgt_lines)} lines"
-            )
-        out[split] = datasets.Dataset.from_dict(
-            {src_lang: src_lines, tgt_lang: tgt_lines},
-            features=datasets.Features({src_lang: datasets.Value("string"), tgt_lang: datasets.Value("string")}),
-        )
+        out[split] = _read_parallel_files(split, src_path, tgt_path, src_lang, tgt_lang)
         sources[split] = [src_path, tgt_path]
     return out, sources
 

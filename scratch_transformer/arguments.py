@@ -40,6 +40,12 @@ class ModelArguments:
     )
     vocab_size: int = field(default=8000, metadata={"help": "Size of the joint BPE vocabulary to train."})
     tokenizer_min_frequency: int = field(default=2, metadata={"help": "BPE: merge pairs seen at least this often."})
+    tokenizer_max_sentences: int | None = field(
+        default=None,
+        metadata={"help": "Train the new tokenizer on at most this many sentences of each language: the two sides "
+                          "of as many training pairs drawn at random (by --data_seed, else --seed), as "
+                          "sentencepiece's input_sentence_size. Default: every training pair."},
+    )
     attn_implementation: str = field(default="sdpa", metadata={"help": "'sdpa' (fused kernel) or 'eager' (math)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow code from a Hub checkpoint."})
     average_last_checkpoints: int = field(
@@ -53,6 +59,9 @@ class ModelArguments:
         for name in ("vocab_size", "tokenizer_min_frequency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.tokenizer_max_sentences is not None and self.tokenizer_max_sentences < 1:
+            raise ValueError(f"tokenizer_max_sentences must be >= 1 (leave it out to train on every pair), got "
+                             f"{self.tokenizer_max_sentences}")
         if self.average_last_checkpoints < 0:
             raise ValueError(f"average_last_checkpoints must be >= 0 (0 or 1: off), got "
                              f"{self.average_last_checkpoints}")

@@ -22,14 +22,21 @@ in training or are in ``BASE_ALPHABET``. For other text the decode gives the NFK
 
 from __future__ import annotations
 
+import logging
+import os
 import string
+import tempfile
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
+import numpy as np
+import tokenizers
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-__all__ = ["SPECIAL_TOKENS", "BASE_ALPHABET", "train_tokenizer", "tokenizer_special_ids"]
+__all__ = ["SPECIAL_TOKENS", "BASE_ALPHABET", "train_tokenizer", "train_tokenizer_on_dataset", "tokenizer_special_ids"]
+
+logger = logging.getLogger(__name__)
 
 # Order matters: the trainer gives them ids 0, 1, 2, 3 in this order.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
@@ -86,6 +93,113 @@ def train_tokenizer(
             contains no non-empty string.
         TypeError: an element of ``texts`` is not a string.
     """
+    return _train(_Counter(texts), None, vocab_size, min_frequency, model_max_length, initial_alphabet)
+
+
+def train_tokenizer_on_dataset(
+    dataset,
+    columns: Sequence[str],
+    max_sentences: int | None = None,
+    seed: int = 0,
+    vocab_size: int = 8000,
+    min_frequency: int = 2,
+    model_max_length: int = 256,
+    initial_alphabet: Iterable[str] | None = BASE_ALPHABET,
+    batch_size: int = 1000,
+    cache: bool = True,
+) -> PreTrainedTokenizerFast:
+    """`train_tokenizer` on string columns of a `datasets.Dataset`, read in batches (no list of the corpus).
+
+    The texts are every sentence of ``columns[0]`` in row order, then of ``columns[1]``, ...: with no cap this
+    is the same training text as ``train_tokenizer(list(dataset[c0]) + list(dataset[c1]))``, and gives the same
+    tokenizer. With ``max_sentences`` N below the number of rows, N rows drawn at random (without replacement,
+    by ``seed``) give their sentences of each column: at most N sentences per column, as sentencepiece's
+    ``input_sentence_size`` caps a corpus; the draw is the same for the same (rows, N, seed).
+
+    When ``cache`` is on, `datasets` caching is enabled and the dataset lives in cache files (a memory-mapped
+    split), the trained tokenizer is saved beside them as ``tokenizer-{key}.json``, the key hashing the
+    dataset's fingerprint and every argument above (and the `tokenizers` version); a later call with the same
+    key loads that file instead of training (logged at INFO), which gives the same tokenizer.
+
+    Args:
+        dataset: a `datasets.Dataset` holding the string columns ``columns``.
+        columns: one or more column names, e.g. ``["de", "en"]`` (a joint vocabulary of both languages).
+        max_sentences: ``None`` (every row) or N >= 1 rows to sample.
+        seed: draws the sampled rows (unused without a cap).
+        vocab_size, min_frequency, model_max_length, initial_alphabet: as for `train_tokenizer`.
+        batch_size: rows read from Arrow at a time.
+        cache: save and reuse the trained tokenizer beside the dataset's cache files.
+
+    Returns:
+        The tokenizer of `train_tokenizer`.
+
+    Raises:
+        ValueError: a column is missing, ``columns`` is empty, ``max_sentences`` or ``batch_size`` < 1, or an
+            error of `train_tokenizer` (no non-empty text, a too small vocab_size, ...).
+        TypeError: a value of a column is neither a string nor missing.
+    """
+    if isinstance(columns, str):
+        columns = [columns]
+    columns = list(columns)
+    names = getattr(dataset, "column_names", None)
+    if not columns:
+        raise ValueError("columns is empty: name the text column(s) to train on")
+    if names is None:
+        raise TypeError(f"dataset must be a datasets.Dataset, got {type(dataset).__name__}")
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise ValueError(f"column(s) {missing} not in the dataset; its columns: {names}")
+    if max_sentences is not None and (isinstance(max_sentences, bool) or not isinstance(max_sentences, int)
+                                      or max_sentences < 1):
+        raise ValueError(f"max_sentences must be None (all rows) or a whole number >= 1, got {max_sentences!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
+    path = _cache_path(dataset, columns, max_sentences, seed, vocab_size, min_frequency, model_max_length,
+                       initial_alphabet) if cache else None
+    if path is not None and os.path.isfile(path):
+        logger.info("tokenizer: reusing the one trained on the same data and settings: %s", path)
+        return _wrap(Tokenizer.from_file(path), model_max_length)
+
+    rows = None
+    if max_sentences is not None and max_sentences < len(dataset):
+        rows = np.sort(np.random.default_rng(seed).choice(len(dataset), size=max_sentences, replace=False))
+        dataset = dataset.select(rows, keep_in_memory=True)  # an indices mapping; the text stays on disk
+    length = len(dataset) * len(columns)
+    tokenizer = _train(_BatchCounter(dataset, columns, batch_size), length, vocab_size, min_frequency,
+                       model_max_length, initial_alphabet)
+    logger.info("trained the tokenizer on %s", f"{length} sentences" if rows is None else
+                f"{length} sentences of {len(rows)} rows drawn with seed {seed} (max_sentences {max_sentences})")
+    if path is not None:
+        folder = os.path.dirname(path)
+        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".tokenizer-", suffix=".json", delete=False) as f:
+            temporary = f.name
+        tokenizer.backend_tokenizer.save(temporary)
+        os.replace(temporary, path)  # whole or not at all: a killed run leaves no half-written tokenizer
+        logger.info("tokenizer cached at %s", path)
+    return tokenizer
+
+
+def _cache_path(dataset, columns, max_sentences, seed, vocab_size, min_frequency, model_max_length,
+                initial_alphabet) -> str | None:
+    """Where the tokenizer trained with these settings on ``dataset`` is cached; None if it cannot be (an
+    in-memory dataset, or `datasets` caching disabled)."""
+    import datasets
+    from datasets.fingerprint import Hasher
+
+    files = getattr(dataset, "cache_files", None)
+    if not files or not datasets.is_caching_enabled() or not getattr(dataset, "_fingerprint", None):
+        return None
+    key = Hasher.hash(["bpe-v1", dataset._fingerprint, columns, max_sentences, seed if max_sentences else None,
+                       vocab_size, min_frequency, model_max_length, sorted(set(initial_alphabet or ())),
+                       tokenizers.__version__])
+    return os.path.join(os.path.dirname(files[0]["filename"]), f"tokenizer-{key}.json")
+
+
+def _train(texts: Iterable[str | list[str]], length: int | None, vocab_size: int, min_frequency: int,
+           model_max_length: int, initial_alphabet: Iterable[str] | None) -> PreTrainedTokenizerFast:
+    """Check the settings, train BPE on ``texts`` (strings or batches of strings, counted as they pass: a
+    `_Counter` or `_BatchCounter`) and wrap the result."""
     alphabet = sorted(set(initial_alphabet or ()))
     if any(len(c) != 1 for c in alphabet):
         raise ValueError("initial_alphabet must contain single characters")
@@ -113,9 +227,8 @@ def train_tokenizer(
         initial_alphabet=alphabet,
         show_progress=False,
     )
-    counter = _Counter(texts)
-    tok.train_from_iterator(counter, trainer=trainer)
-    if counter.n == 0:
+    tok.train_from_iterator(texts, trainer=trainer, length=length)
+    if texts.n == 0:
         raise ValueError("train_tokenizer got no non-empty training text")
 
     ids = {name: tok.token_to_id(token) for name, token in SPECIAL_TOKENS.items()}
@@ -129,6 +242,10 @@ def train_tokenizer(
         pair=f"$A {eos} $B:1 {eos}:1",
         special_tokens=[(eos, ids["eos_token"])],
     )
+    return _wrap(tok, model_max_length)
+
+
+def _wrap(tok: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         model_max_length=model_max_length,
@@ -172,3 +289,25 @@ class _Counter:
             if text:
                 self.n += 1
                 yield text
+
+
+class _BatchCounter:
+    """Iterates over the non-empty texts of columns of a `datasets.Dataset`, a batch (list) at a time, column
+    after column, and counts them; missing values (None) are skipped like empty strings."""
+
+    def __init__(self, dataset, columns: Sequence[str], batch_size: int):
+        self._dataset, self._columns, self._batch_size = dataset, columns, batch_size
+        self.n = 0
+
+    def __iter__(self) -> Iterator[list[str]]:
+        for column in self._columns:
+            data = self._dataset.select_columns([column])
+            for start in range(0, len(data), self._batch_size):
+                values = data[start : start + self._batch_size][column]
+                texts = [text for text in values if text]
+                bad = next((text for text in texts if not isinstance(text, str)), None)
+                if bad is not None:
+                    raise TypeError(f"column {column!r} holds a {type(bad).__name__}, expected str")
+                self.n += len(texts)
+                if texts:
+                    yield texts

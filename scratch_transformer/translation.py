@@ -17,6 +17,7 @@ import sys
 import time
 
 import transformers
+from datasets.fingerprint import Hasher
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -54,7 +55,7 @@ from .paths import (
     missing_path_message,
     model_folder_problem,
 )
-from .tokenization import tokenizer_special_ids, train_tokenizer
+from .tokenization import tokenizer_special_ids, train_tokenizer_on_dataset
 from .trainer import TranslationTrainer
 from .training import (
     WallClockBudgetCallback,
@@ -78,18 +79,24 @@ def _build_tokenizer(model_args, data_args, raw, training_args, resume_from=None
         # to the others (in memory: nothing is written before all the checks have passed).
         from accelerate.utils import broadcast_object_list
 
-        tokenizer = [_train_tokenizer(model_args, data_args, raw) if training_args.process_index == 0 else None]
+        tokenizer = [_train_tokenizer(model_args, data_args, raw, training_args)
+                     if training_args.process_index == 0 else None]
         return broadcast_object_list(tokenizer, from_process=0)[0]
-    return _train_tokenizer(model_args, data_args, raw)
+    return _train_tokenizer(model_args, data_args, raw, training_args)
 
 
-def _train_tokenizer(model_args, data_args, raw):
+def _train_tokenizer(model_args, data_args, raw, training_args):
+    """A joint BPE on both languages of the training split, read from Arrow in batches (every pair, or the
+    --tokenizer_max_sentences pairs drawn by the data seed); reused from the datasets cache on a rerun."""
     train = raw[data_args.train_split]
-    texts = list(train[data_args.source_lang]) + list(train[data_args.target_lang])
-    tokenizer = train_tokenizer(texts, vocab_size=model_args.vocab_size,
-                                min_frequency=model_args.tokenizer_min_frequency,
-                                model_max_length=max(data_args.max_source_length, data_args.max_target_length))
-    logger.info("trained a joint BPE tokenizer of %d tokens on %d sentences", len(tokenizer), len(texts))
+    seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
+    tokenizer = train_tokenizer_on_dataset(
+        train, [data_args.source_lang, data_args.target_lang], max_sentences=model_args.tokenizer_max_sentences,
+        seed=seed, vocab_size=model_args.vocab_size, min_frequency=model_args.tokenizer_min_frequency,
+        model_max_length=max(data_args.max_source_length, data_args.max_target_length))
+    pairs = min(len(train), model_args.tokenizer_max_sentences or len(train))
+    logger.info("joint BPE tokenizer of %d tokens, from %d sentences (%d training pairs)", len(tokenizer),
+                2 * pairs, pairs)
     return tokenizer
 
 
@@ -222,21 +229,56 @@ def _dataset_label(data_args) -> str:
     return os.path.basename(os.path.dirname(path)) if os.path.basename(path) == "raw" else os.path.basename(path)
 
 
+def _tokenize_batch(batch, tokenizer, src, tgt, max_source_length, max_target_length):
+    """Batched `map` function: input_ids/attention_mask of the source side, labels of the target side."""
+    model_inputs = tokenizer(batch[src], max_length=max_source_length, truncation=True)
+    model_inputs["labels"] = tokenizer(batch[tgt], max_length=max_target_length, truncation=True)["input_ids"]
+    return model_inputs
+
+
+def _tokenization_fingerprint(dataset, tokenizer, data_args) -> str | None:
+    """The `datasets` fingerprint of a tokenised split: a hash of the split's own fingerprint, the tokenizer's
+    pipeline (its tokenizer.json, less the truncation/padding state that each call sets), the columns, the
+    maximum lengths and the code of `_tokenize_batch`. The same for the same inputs in every run, so a rerun
+    finds the cache file; None (datasets then hashes the function itself) for a tokenizer without a
+    `tokenizers` backend."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not getattr(dataset, "_fingerprint", None):
+        return None
+    pipeline = json.loads(backend.to_str())
+    pipeline.pop("truncation", None)
+    pipeline.pop("padding", None)
+    code = _tokenize_batch.__code__
+    return Hasher.hash(["tokenize-v1", dataset._fingerprint, pipeline, type(tokenizer).__name__, len(tokenizer),
+                        tokenizer.special_tokens_map, list(tokenizer.model_input_names), tokenizer.truncation_side,
+                        data_args.source_lang, data_args.target_lang, data_args.max_source_length,
+                        data_args.max_target_length, code.co_code, code.co_consts, code.co_names])
+
+
 def _tokenize(raw, tokenizer, data_args, training_args):
-    src, tgt = data_args.source_lang, data_args.target_lang
-
-    def preprocess(batch):
-        model_inputs = tokenizer(batch[src], max_length=data_args.max_source_length, truncation=True)
-        model_inputs["labels"] = tokenizer(batch[tgt], max_length=data_args.max_target_length,
-                                           truncation=True)["input_ids"]
-        return model_inputs
-
+    """Tokenise every split by batched `map` (--preprocessing_num_workers processes) into Arrow cache files
+    beside the split's own, under a fingerprint that is the same in every run (`_tokenization_fingerprint`):
+    a rerun loads them instead of tokenising again. Logs, per split, whether its cache was reused or written."""
+    fn_kwargs = {"tokenizer": tokenizer, "src": data_args.source_lang, "tgt": data_args.target_lang,
+                 "max_source_length": data_args.max_source_length, "max_target_length": data_args.max_target_length}
     tokenized = {}
     with training_args.main_process_first(desc="tokenisation"):
         for split, dataset in raw.items():
-            tokenized[split] = dataset.map(preprocess, batched=True, remove_columns=dataset.column_names,
+            folders = {os.path.dirname(f["filename"]) for f in dataset.cache_files}
+            before = {(folder, name) for folder in folders for name in os.listdir(folder)}
+            tokenized[split] = dataset.map(_tokenize_batch, batched=True, fn_kwargs=fn_kwargs,
+                                           remove_columns=dataset.column_names,
                                            num_proc=data_args.preprocessing_num_workers,
+                                           new_fingerprint=_tokenization_fingerprint(dataset, tokenizer, data_args),
                                            desc=f"tokenising {split}")
+            files = [f["filename"] for f in tokenized[split].cache_files]
+            if not files:
+                state = "kept in memory"
+            elif all((os.path.dirname(f), os.path.basename(f)) in before for f in files):
+                state = f"reused the cache {', '.join(files)}"
+            else:
+                state = f"written to {', '.join(files)}"
+            logger.info("tokenised %s: %d pairs, %s", split, len(tokenized[split]), state)
     return tokenized
 
 

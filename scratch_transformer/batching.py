@@ -172,8 +172,7 @@ class TokenBatchSampler(Sampler):
         self.source_lengths, self.target_lengths = source_lengths, target_lengths
         self.global_batches = pack_token_batches(source_lengths, target_lengths, max_tokens * num_processes, seed)
         cost = np.maximum(source_lengths, target_lengths)
-        self.shards = [[shard.tolist() for shard in split_global_batch(batch, cost, num_processes)]
-                       for batch in self.global_batches]
+        self.shards = [split_global_batch(batch, cost, num_processes) for batch in self.global_batches]
         self.heaviest = int(np.argmax([len(batch) * int(cost[batch].max()) ** 2 for batch in self.global_batches]))
 
     def set_epoch(self, epoch: int) -> None:
@@ -188,7 +187,8 @@ class TokenBatchSampler(Sampler):
 
     def __iter__(self):
         for index in self.batch_order():
-            yield from self.shards[index]
+            for shard in self.shards[index]:
+                yield shard.tolist()
 
     def __len__(self) -> int:
         return len(self.global_batches) * self.num_processes

@@ -6,16 +6,46 @@ import logging
 from functools import partial
 
 import datasets
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, SequentialSampler
 from transformers import Seq2SeqTrainer
-from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import seed_worker
 
 from .batching import TokenBatchSampler, padding_fraction, pair_lengths
 from .training import WallClockBudgetCallback, budget_schedule
 
 logger = logging.getLogger(__name__)
+
+
+def length_grouped_indices(lengths: np.ndarray, batch_size: int, generator: torch.Generator) -> np.ndarray:
+    """HF's `get_length_grouped_indices` on a numpy array, giving the same indices for the same generator state.
+
+    A random permutation (one `torch.randperm` draw from `generator`), cut into mega-batches of
+    min(P // (4 batch_size), 50) (at least 1) batches, each sorted by decreasing length (stable: equal lengths
+    keep their permuted order, as Python's sorted(reverse=True) does); then the longest pair of all is swapped
+    with the first pair of the first mega-batch. HF sorts Python lists with a key per index; this sorts numpy
+    arrays, which takes a second, not minutes, at millions of pairs.
+
+    Args:
+        lengths: (P,) int array, a pair's length in tokens. batch_size: pairs per (global) batch.
+
+    Returns:
+        (P,) int64 array of the indices 0..P-1, each once.
+    """
+    lengths = np.asarray(lengths)
+    mega_batch_mult = max(min(len(lengths) // (batch_size * 4), 50), 1)
+    indices = torch.randperm(len(lengths), generator=generator).numpy()
+    megabatch_size = mega_batch_mult * batch_size
+    megabatches = [indices[i : i + megabatch_size] for i in range(0, len(lengths), megabatch_size)]
+    megabatches = [mb[np.argsort(-lengths[mb], kind="stable")] for mb in megabatches]
+    if not megabatches:
+        return indices.astype(np.int64)
+    maximums = np.array([lengths[mb[0]] for mb in megabatches])
+    max_idx = int(np.argmax(maximums))  # the first of equal maxima, as torch.argmax
+    megabatches[0][0], megabatches[max_idx][0] = megabatches[max_idx][0], megabatches[0][0]
+    return np.concatenate(megabatches).astype(np.int64)
 
 
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
@@ -30,24 +60,33 @@ class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
     saving and removes the sweep; the longest batch stays first and a short last batch stays last.
     Seeding by (seed, epoch), like accelerate's seedable sampler, makes a run resumed mid-epoch
     replay the interrupted epoch's batches exactly, and every process draw the same order.
+
+    `lengths` is a (P,) numpy array (`length_grouped_indices` does HF's grouping on it); the indices are
+    yielded from numpy arrays, a chunk at a time, so that no Python list of P indices is built.
     """
 
     def __init__(self, batch_size, dataset, lengths, seed):
-        super().__init__(batch_size, dataset=dataset, lengths=lengths)
+        super().__init__(batch_size, dataset=dataset, lengths=np.asarray(lengths))
         self.seed, self.epoch = seed, 0
 
     def set_epoch(self, epoch):  # called by the Trainer (through accelerate's DataLoaderShard) every epoch
         self.epoch = epoch
 
-    def __iter__(self):
+    def epoch_indices(self) -> np.ndarray:
+        """This epoch's (P,) order of the pair indices."""
         self.generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        indices = get_length_grouped_indices(self.lengths, self.batch_size, generator=self.generator)
+        indices = length_grouped_indices(self.lengths, self.batch_size, generator=self.generator)
         n_full = len(indices) // self.batch_size
-        batches = [indices[i * self.batch_size : (i + 1) * self.batch_size] for i in range(n_full)]
+        batches = indices[: n_full * self.batch_size].reshape(n_full, self.batch_size)
         # batch 0 holds the longest sequence (memory errors show at once): keep it first, shuffle the rest
-        order = [0] + (torch.randperm(n_full - 1, generator=self.generator) + 1).tolist() if n_full else []
-        shuffled = [i for b in order for i in batches[b]]
-        return iter(shuffled + indices[n_full * self.batch_size :])
+        order = np.array([0] + (torch.randperm(n_full - 1, generator=self.generator) + 1).tolist()
+                         if n_full else [], dtype=np.int64)
+        return np.concatenate([batches[order].reshape(-1), indices[n_full * self.batch_size :]])
+
+    def __iter__(self):
+        indices = self.epoch_indices()
+        for start in range(0, len(indices), 1 << 16):
+            yield from indices[start : start + (1 << 16)].tolist()
 
 
 class TranslationTrainer(Seq2SeqTrainer):
@@ -122,7 +161,7 @@ class TranslationTrainer(Seq2SeqTrainer):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
         if self.args.train_sampling_strategy != "group_by_length" or "labels" not in dataset.column_names:
             return super()._get_train_sampler(train_dataset)
-        lengths = [max(len(src), len(tgt)) for src, tgt in zip(dataset["input_ids"], dataset["labels"])]
+        lengths = np.maximum(*pair_lengths(dataset))  # from the Arrow list offsets: no Python lists of the ids
         batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
         self._epoch_seeded_sampler = EpochSeededLengthGroupedSampler(batch, dataset=dataset, lengths=lengths,
                                                                      seed=self._data_seed())

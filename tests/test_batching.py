@@ -187,6 +187,63 @@ def make_trainer(tmp_path, tokenizer, dataset, callbacks=(), model=None, **overr
                               processing_class=tokenizer, callbacks=list(callbacks))
 
 
+def _hf_epoch_order(lengths, batch_size, seed, epoch):
+    """EpochSeededLengthGroupedSampler's order as it was computed on Python lists with HF's
+    get_length_grouped_indices (the reference of the main job's batches)."""
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    generator = torch.Generator().manual_seed(seed + epoch)
+    indices = get_length_grouped_indices(list(lengths), batch_size, generator=generator)
+    n_full = len(indices) // batch_size
+    batches = [indices[i * batch_size : (i + 1) * batch_size] for i in range(n_full)]
+    order = [0] + (torch.randperm(n_full - 1, generator=generator) + 1).tolist() if n_full else []
+    return [i for b in order for i in batches[b]] + indices[n_full * batch_size :]
+
+
+@pytest.mark.parametrize("pairs, batch_size", [(1, 4), (7, 4), (129, 128), (2000, 32), (29000, 128), (30001, 64)])
+def test_the_numpy_length_grouping_gives_hfs_indices(pairs, batch_size):
+    """The main job's group_by_length order is unchanged: the numpy grouping gives, index for index, what
+    HF's get_length_grouped_indices gave for every (seed, epoch), ties (lengths of few values) included."""
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    from scratch_transformer.trainer import EpochSeededLengthGroupedSampler, length_grouped_indices
+
+    lengths = np.random.default_rng(pairs).integers(3, 12, pairs)  # many equal lengths
+    for seed in (0, 42):
+        ours = length_grouped_indices(lengths, batch_size, torch.Generator().manual_seed(seed))
+        theirs = get_length_grouped_indices(lengths.tolist(), batch_size, generator=torch.Generator().manual_seed(seed))
+        assert ours.tolist() == theirs
+        sampler = EpochSeededLengthGroupedSampler(batch_size, dataset=None, lengths=lengths, seed=seed)
+        for epoch in (0, 3):
+            sampler.set_epoch(epoch)
+            order = list(sampler)
+            assert order == _hf_epoch_order(lengths, batch_size, seed, epoch)
+            assert all(type(i) is int for i in order[:5])  # Python ints for the dataset
+
+
+def test_group_by_length_reads_the_lengths_from_arrow_not_from_lists(tmp_path, tokenizer, monkeypatch):
+    """The sampler's lengths, max(source, target) per pair, come from the Arrow list offsets (a numpy array):
+    reading a column of the dataset as Python lists would fail here."""
+    import datasets
+
+    dataset = token_dataset(tokenizer, n=40)
+    trainer = make_trainer(tmp_path, tokenizer, dataset, max_tokens_per_batch=None, per_device_train_batch_size=8,
+                           train_sampling_strategy="group_by_length")
+    source, target = pair_lengths(dataset)
+
+    def no_column_lists(self, key):
+        if isinstance(key, str):
+            raise AssertionError(f"column {key!r} read as a list")
+        return original(self, key)
+
+    original = datasets.Dataset.__getitem__
+    monkeypatch.setattr(datasets.Dataset, "__getitem__", no_column_lists)
+    sampler = trainer._get_train_sampler(dataset)
+    assert isinstance(sampler.lengths, np.ndarray)
+    assert sampler.lengths.tolist() == np.maximum(source, target).tolist()
+    assert sorted(sampler) == list(range(40))
+
+
 def test_the_trainer_trains_on_token_batches_in_the_samplers_order(tmp_path, tokenizer):
     dataset = token_dataset(tokenizer)
     trainer = make_trainer(tmp_path, tokenizer, dataset)

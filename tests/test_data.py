@@ -150,8 +150,58 @@ def test_same_language_rejected(folder):
 
 def test_invalid_utf8_names_file(folder):
     (folder / "train.en").write_bytes(b"ok\n\xff\xfe bad\nthird\n")
-    with pytest.raises(ValueError, match=r"train\.en is not valid UTF-8 \(line 2"):
+    with pytest.raises(ValueError) as exc:
         load_translation_dataset(str(folder), "de", "en", splits=["train"])
+    assert str(exc.value) == f"{folder / 'train.en'} is not valid UTF-8 (line 2, byte 3): invalid start byte"
+
+
+def test_folder_is_memory_mapped_arrow_reused_until_a_file_changes(folder, monkeypatch):
+    """The text goes through a generator into Arrow files of the datasets cache (no list of the corpus); a
+    second load finds them without reading the text; an edited file is read again."""
+    first = load_translation_dataset(str(folder), "de", "en")
+    for split in first.values():
+        assert split.cache_files, "a folder split should be memory-mapped from the datasets cache"
+        assert str(split.cache_files[0]["filename"]).startswith(str(datasets.config.HF_DATASETS_CACHE))
+
+    def no_reading(path):
+        raise AssertionError(f"{path} was read again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(data_module, "_decoded_lines", no_reading)
+        again = load_translation_dataset(str(folder), "de", "en")
+    assert {s: d.to_dict() for s, d in again.items()} == {s: d.to_dict() for s, d in first.items()}
+    assert again["train"].cache_files == first["train"].cache_files
+
+    _write(folder / "train.en", ["One man.", "Two dogs.", "A woman."])
+    assert load_translation_dataset(str(folder), "de", "en")["train"]["en"] == ["One man.", "Two dogs.", "A woman."]
+
+
+def test_folder_longer_source_is_counted_to_its_end(folder):
+    _write(folder / "train.de", TRAIN_DE + ["Noch ein Satz.", "Und noch einer."])
+    with pytest.raises(ValueError) as exc:
+        load_translation_dataset(str(folder), "de", "en", splits=["train"])
+    assert str(exc.value) == (f"line counts differ in split 'train': {folder / 'train.de'} has 5 lines but "
+                              f"{folder / 'train.en'} has 3 lines")
+
+
+def test_folder_lines_split_on_newline_only_bom_and_crlf(tmp_path):
+    d = tmp_path / "p"
+    d.mkdir()
+    (d / "train.de").write_bytes("\ufeffeins\r\nzwei\u2028halb\r\ndrei".encode())  # BOM, CRLF, no final newline
+    (d / "train.en").write_bytes(b"one\ntwo\x0chalf\nthree\n")
+    dd = load_translation_dataset(str(d), "de", "en")
+    assert dd["train"].to_dict() == {"de": ["eins", "zwei\u2028halb", "drei"], "en": ["one", "two\x0chalf", "three"]}
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not-gzip"])
+def test_folder_corrupt_gzip_names_file(folder, damage):
+    data = gzip.compress(("Ein Satz.\n" * 2000).encode())
+    (folder / "train.de.gz").write_bytes(data[: len(data) // 2] if damage == "truncated" else b"plain text\n")
+    (folder / "train.de").unlink()
+    _write(folder / "train.en", ["A sentence."] * 2000)
+    with pytest.raises(ValueError) as exc:
+        load_translation_dataset(str(folder), "de", "en", splits=["train"])
+    assert str(exc.value).startswith(f"{folder / 'train.de.gz'} is not a valid gzip file (truncated or corrupt): ")
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from scratch_transformer.tokenization import (
     SPECIAL_TOKENS,
     tokenizer_special_ids,
     train_tokenizer,
+    train_tokenizer_on_dataset,
 )
 
 MULTI30K = Path("/work/shared/data/multi30k/raw")
@@ -149,3 +150,128 @@ def test_bad_arguments():
         train_tokenizer("just one string", vocab_size=500)
     with pytest.raises(TypeError):
         train_tokenizer(["ok", 3], vocab_size=500)
+
+
+# ---------------------------------------------------------------------------------------
+# training from a datasets.Dataset (Arrow batches), with a cap and a cache
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def datasets_cache(tmp_path, monkeypatch):
+    """The datasets cache inside tmp_path (the Arrow files of the folders loaded, and the cached tokenizers)."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_datasets_cache")
+    datasets.disable_progress_bars()
+    yield tmp_path / "hf_datasets_cache"
+    datasets.enable_progress_bars()
+
+
+def _parallel_folder(folder: Path, pairs: list[tuple[str, str]]) -> Path:
+    folder.mkdir()
+    for index, lang in enumerate(("de", "en")):
+        (folder / f"train.{lang}").write_text("".join(pair[index] + "\n" for pair in pairs), encoding="utf-8")
+    return folder
+
+
+def _split(tmp_path, datasets_cache):
+    """Multi30k's training split as the main job loads it (memory-mapped), or a synthetic one without it."""
+    from scratch_transformer.data import load_translation_dataset
+
+    if MULTI30K.is_dir():
+        return load_translation_dataset(str(MULTI30K), "de", "en", splits=["train"])["train"]
+    corpus = _synthetic_corpus(4000, seed=3)
+    folder = _parallel_folder(tmp_path / "synthetic", list(zip(corpus[::2], corpus[1::2])))
+    return load_translation_dataset(str(folder), "de", "en")["train"]
+
+
+def test_training_on_a_dataset_gives_the_tokenizer_of_the_list_of_both_languages(tmp_path, datasets_cache):
+    """The main job's tokenizer, once trained on list(train['de']) + list(train['en']), now on Arrow batches:
+    the same tokenizer.json (merges, vocabulary, pipeline), at the main job's settings."""
+    train = _split(tmp_path, datasets_cache)
+    settings = dict(vocab_size=8000, min_frequency=2, model_max_length=128)
+    old = train_tokenizer(list(train["de"]) + list(train["en"]), **settings)
+    new = train_tokenizer_on_dataset(train, ["de", "en"], **settings)
+    assert new.backend_tokenizer.to_str() == old.backend_tokenizer.to_str()
+    assert new.get_vocab() == old.get_vocab() and len(new) == len(old)
+    capped_above = train_tokenizer_on_dataset(train, ["de", "en"], max_sentences=len(train) + 5, cache=False,
+                                              **settings)
+    assert capped_above.backend_tokenizer.to_str() == old.backend_tokenizer.to_str()  # a cap above the rows: all
+
+
+def test_the_cap_trains_on_the_sentences_of_a_seeded_draw_of_rows(tmp_path, datasets_cache):
+    """max_sentences N: both sides of N rows drawn by the seed (numpy default_rng(seed).choice without
+    replacement); each row's words are unique, so the vocabulary shows which rows were read."""
+    import datasets
+    import numpy as np
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(7)) for _ in range(200)]
+    rows = datasets.Dataset.from_dict({"de": words[:100], "en": words[100:]})
+    settings = dict(vocab_size=3000, min_frequency=1, initial_alphabet=None, cache=False)
+    tok = train_tokenizer_on_dataset(rows, ["de", "en"], max_sentences=10, seed=5, **settings)
+    seen = sorted(i for i in range(100) if "▁" + words[i] in tok.get_vocab())
+    assert seen == sorted(np.random.default_rng(5).choice(100, size=10, replace=False).tolist())
+    assert all(("▁" + words[100 + i] in tok.get_vocab()) == (i in seen) for i in range(100))  # the pairs' other side
+    same = train_tokenizer_on_dataset(rows, ["de", "en"], max_sentences=10, seed=5, **settings)
+    other = train_tokenizer_on_dataset(rows, ["de", "en"], max_sentences=10, seed=6, **settings)
+    assert same.backend_tokenizer.to_str() == tok.backend_tokenizer.to_str()
+    assert other.get_vocab() != tok.get_vocab()
+
+
+def test_a_trained_tokenizer_is_reused_from_the_datasets_cache(tmp_path, datasets_cache, monkeypatch, caplog):
+    """Trained once per (split fingerprint, settings), saved beside the split's Arrow files; the second call
+    trains nothing and gives the same tokenizer; other settings or an in-memory split train anew."""
+    import logging
+
+    import datasets
+
+    from scratch_transformer import tokenization
+    from scratch_transformer.data import load_translation_dataset
+
+    corpus = _synthetic_corpus(600, seed=4)
+    folder = _parallel_folder(tmp_path / "pairs", list(zip(corpus[::2], corpus[1::2])))
+    train = load_translation_dataset(str(folder), "de", "en")["train"]
+    first = train_tokenizer_on_dataset(train, ["de", "en"], vocab_size=500)
+    cached = list(Path(train.cache_files[0]["filename"]).parent.glob("tokenizer-*.json"))
+    assert len(cached) == 1
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the tokenizer was trained again")
+
+    reloaded = load_translation_dataset(str(folder), "de", "en")["train"]  # a new run: the same fingerprint
+    with monkeypatch.context() as patched, caplog.at_level(logging.INFO, logger="scratch_transformer.tokenization"):
+        patched.setattr(tokenization, "_train", no_training)
+        again = train_tokenizer_on_dataset(reloaded, ["de", "en"], vocab_size=500)
+    assert again.backend_tokenizer.to_str() == first.backend_tokenizer.to_str()
+    assert [again(s).input_ids for s in SENTENCES] == [first(s).input_ids for s in SENTENCES]
+    assert any("reusing" in r.getMessage() and str(cached[0]) in r.getMessage() for r in caplog.records)
+
+    train_tokenizer_on_dataset(train, ["de", "en"], vocab_size=400)  # other settings: trained, a second file
+    train_tokenizer_on_dataset(train, ["de", "en"], vocab_size=400, max_sentences=50, seed=1)
+    assert len(list(cached[0].parent.glob("tokenizer-*.json"))) == 3
+    in_memory = datasets.Dataset.from_dict(train.to_dict())
+    with monkeypatch.context() as patched:
+        patched.setattr(tokenization, "_train", no_training)
+        with pytest.raises(AssertionError, match="trained again"):  # no cache files: no cache
+            train_tokenizer_on_dataset(in_memory, ["de", "en"], vocab_size=500)
+
+
+def test_bad_dataset_arguments():
+    import datasets
+
+    rows = datasets.Dataset.from_dict({"de": ["ein Hund"], "en": ["a dog"], "n": [3]})
+    with pytest.raises(ValueError, match=r"column\(s\) \['fr'\] not in the dataset; its columns: \['de', 'en', 'n'\]"):
+        train_tokenizer_on_dataset(rows, ["de", "fr"], vocab_size=500)
+    with pytest.raises(ValueError, match="columns is empty"):
+        train_tokenizer_on_dataset(rows, [], vocab_size=500)
+    for bad in (0, -3, True, 2.5):
+        with pytest.raises(ValueError, match="max_sentences must be None"):
+            train_tokenizer_on_dataset(rows, ["de", "en"], max_sentences=bad, vocab_size=500)
+    with pytest.raises(TypeError, match="column 'n' holds a int, expected str"):
+        train_tokenizer_on_dataset(rows, ["de", "n"], vocab_size=500, cache=False)
+    with pytest.raises(TypeError, match="datasets.Dataset"):
+        train_tokenizer_on_dataset(["ein Hund"], ["de"], vocab_size=500)
+    with pytest.raises(ValueError, match="no non-empty"):
+        train_tokenizer_on_dataset(datasets.Dataset.from_dict({"de": ["", None]}), ["de"], vocab_size=500)

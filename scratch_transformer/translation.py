@@ -511,9 +511,10 @@ def _trainer_arguments(training_args, model, data_args):
     return args
 
 
-def build_trainer(model, tokenizer, raw, data_args, training_args, decoding, budget):
-    """Step 2b: tokenised splits and the Trainer; returns (trainer, tokenized splits)."""
-    tokenized = _tokenize(raw, tokenizer, data_args, training_args)
+def build_trainer(model, tokenizer, raw, data_args, training_args, decoding, budget, tokenized=None):
+    """Step 2b: tokenised splits (`_tokenize`, unless given) and the Trainer; returns (trainer, tokenized splits)."""
+    if tokenized is None:
+        tokenized = _tokenize(raw, tokenizer, data_args, training_args)
     trainer = TranslationTrainer(
         model=model, args=_trainer_arguments(training_args, model, data_args), processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),

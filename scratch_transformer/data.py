@@ -5,6 +5,11 @@ named after the source and target language (for example ``"de"`` and ``"en"``), 
 surrounding whitespace stripped and pairs where either side is empty removed (and
 counted in a log message). Tokenisation happens elsewhere.
 
+Nothing holds a corpus as Python lists: every form is read by a `datasets` builder or generator into Arrow
+files of the `datasets` cache, memory-mapped, and normalised by a batched ``map`` whose result is cached too
+(stable fingerprints: a rerun on the same files reads no text). A folder's files are read line by line by
+``Dataset.from_generator``, under a fingerprint of their paths, sizes and modification times.
+
 Input forms (see :func:`load_translation_dataset`):
 
 * a folder of line-aligned files ``{split}.{lang}`` or ``{split}.{lang}.gz``
@@ -324,7 +329,8 @@ def _row_shape(ds: datasets.Dataset, src_lang: str, tgt_lang: str, where: str) -
 def _json_translation_languages(ds: datasets.Dataset, where: str) -> list[str]:
     """Union of the keys of a free-form (Json) 'translation' column; rows must be dicts or null."""
     keys: set[str] = set()
-    for i, row in enumerate(ds["translation"]):
+    rows = (row for start in range(0, len(ds), 1000) for row in ds[start : start + 1000]["translation"])
+    for i, row in enumerate(rows):
         if row is None:
             continue
         if not isinstance(row, Mapping):

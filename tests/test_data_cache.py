@@ -92,3 +92,16 @@ def test_other_maximum_lengths_tokenise_again(tmp_path, datasets_cache, caplog):
         _, shorter = _data_steps(folder, tmp_path / "run2", max_source_length=5, max_target_length=5)
     assert all("written to" in m for m in _tokenised_messages(caplog.records))
     assert max(len(ids) for ids in shorter["train"]["input_ids"]) == 5
+
+
+def test_tokenizer_max_sentences_trains_on_a_seeded_subset_and_is_checked(tmp_path, datasets_cache, caplog):
+    from scratch_transformer.arguments import ModelArguments
+
+    folder = _folder(tmp_path / "pairs", pairs=120)
+    with caplog.at_level(logging.INFO, logger="scratch_transformer"):
+        _data_steps(folder, tmp_path / "run", tokenizer_max_sentences=50)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("from 100 sentences (50 training pairs)" in m for m in messages), messages
+    assert any("50 rows drawn with seed 0 (max_sentences 50)" in m for m in messages), messages
+    with pytest.raises(ValueError, match="tokenizer_max_sentences must be >= 1"):
+        ModelArguments(tokenizer_max_sentences=0)

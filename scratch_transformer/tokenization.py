@@ -1,5 +1,9 @@
 """A joint (shared source/target) BPE tokenizer trained with the `tokenizers` library.
 
+Trained from any iterable of strings (`train_tokenizer`) or from text columns of a `datasets.Dataset` read in
+Arrow batches (`train_tokenizer_on_dataset`: no list of the corpus, an optional seeded cap on the rows, and the
+result cached beside the dataset's Arrow files); the same text gives the same tokenizer either way.
+
 Pipeline of the trained tokenizer:
 
 * normaliser: NFKC (unifies compatibility characters, e.g. a non-breaking space becomes a

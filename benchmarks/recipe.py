@@ -38,7 +38,7 @@ PROXY_FLAGS = ["--eval_strategy", "no", "--logging_steps", "25", "--do_predict",
 # name -> (flags, what it tests). Flags are main-job flags; --config_overrides replaces the config's whole
 # string, so variants that change the model repeat the shipped overrides with their change.
 SHIPPED_OVERRIDES = ("d_model=256,num_heads=4,encoder_layers=3,decoder_layers=3,d_ff=1024,dropout=0.1,"
-                     "attention_dropout=0.1,share_encoder_decoder_embeddings=true")
+                     "attention_dropout=0.1,share_encoder_decoder_embeddings=true,init_std=0.02")
 
 
 def _overrides(**changes) -> list[str]:
@@ -50,7 +50,8 @@ def _overrides(**changes) -> list[str]:
 
 VARIANTS: dict[str, tuple[list[str], str]] = {
     "baseline": ([], "the shipped config"),
-    "init_std_0.02": (_overrides(init_std=0.02), "N(0, 0.02) for every weight (Marian's init)"),
+    "init_paper": (_overrides(init_std="null"), "the paper's init: Xavier linears, N(0, d^-1/2) embeddings"),
+    "init_std_0.01": (_overrides(init_std=0.01), "N(0, 0.01) for every weight"),
     "init_std_0.04": (_overrides(init_std=0.04), "N(0, 0.04) for every weight"),
     "lr_2e-3": (["--learning_rate", "2e-3"], "peak learning rate 2e-3"),
     "lr_5e-4": (["--learning_rate", "5e-4"], "peak learning rate 5e-4"),

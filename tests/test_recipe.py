@@ -58,12 +58,13 @@ def test_unknown_variants_and_a_non_positive_budget_are_refused(capsys):
 
 
 def test_report_only_tables_the_existing_runs_in_the_variants_order(tmp_path, capsys):
-    write_run(tmp_path / "init_std_0.02", "scratch_transformer", 520, 360.0, 30.5)
+    write_run(tmp_path / "init_paper", "scratch_transformer", 520, 360.0, 30.5)
     write_run(tmp_path / "baseline", "scratch_transformer", 500, 360.0, 28.0)
     result = recipe.main(["--report_only", "--output_dir", str(tmp_path)])
-    assert list(result["runs"]) == ["baseline", "init_std_0.02"]
+    assert list(result["runs"]) == ["baseline", "init_paper"]
     printed = capsys.readouterr().out
     assert "proxies of the main job (500 steps each)" in printed
     assert "| baseline | the shipped config | 500 | 0.720 | 28.00 / - |" in printed
-    assert "| init_std_0.02 | N(0, 0.02) for every weight (Marian's init) | 520 | 0.692 | 30.50 / - |" in printed
+    assert "| init_paper | the paper's init: Xavier linears, N(0, d^-1/2) embeddings | 520 | 0.692 | 30.50 / - |" \
+        in printed
     assert json.loads((tmp_path / "recipe.json").read_text())["table"] == printed.strip()

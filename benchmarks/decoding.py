@@ -1,0 +1,115 @@
+"""Decoding chosen on validation: a trained model's BLEU for each beam size and length penalty.
+
+Run from the repository root:
+    python -m benchmarks.decoding --model outputs/multi30k_de_en
+    python -m benchmarks.decoding --model outputs/multi30k_de_en --num_beams 1,4,6 --length_penalty 0.6,1.0,1.2
+
+Translates the validation split (default: the main job's config, ../shared/data/multi30k/raw, split val) with
+every pair of --num_beams x --length_penalty (no_repeat_ngram_size as the model's generation config has it,
+or --no_repeat_ngram_size), scores each with sacreBLEU, prints a Markdown table with the best pair marked
+and the model's own generation defaults named, and writes it to <model>/decoding_val.json (or --output_json).
+Choose on val, then report test with the chosen pair: test sets are never read here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.quality import CONFIG, REPO_ROOT, git_commit, machine
+
+
+def _numbers(text: str, kind, name: str) -> list:
+    try:
+        values = [kind(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--{name}: expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"--{name}: no values in {text!r}")
+    return values
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.decoding", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    p.add_argument("--model", required=True, help="a trained model folder (or Hub id)")
+    p.add_argument("--num_beams", type=lambda t: _numbers(t, int, "num_beams"), default=[4, 6])
+    p.add_argument("--length_penalty", type=lambda t: _numbers(t, float, "length_penalty"),
+                   default=[0.6, 1.0, 1.2, 1.5])
+    p.add_argument("--no_repeat_ngram_size", type=int, default=None, help="default: the model's generation config")
+    p.add_argument("--config", default=CONFIG, help="the main job's config: where the data is, which languages")
+    p.add_argument("--split", default=None, help="default: the config's validation_split")
+    p.add_argument("--max_samples", type=int, default=None, help="only the first N sentences of the split")
+    p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--output_json", default=None, help="default: <model>/decoding_val.json")
+    args = p.parse_args(argv)
+    if any(n < 1 for n in args.num_beams):
+        p.error("--num_beams values must be >= 1")
+    if args.batch_size < 1:
+        p.error("--batch_size must be >= 1")
+    if args.max_samples is not None and args.max_samples < 1:
+        p.error("--max_samples must be >= 1")
+    return args
+
+
+def main(argv=None) -> dict:
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    import scratch_transformer  # noqa: F401  (registers the model with the Auto classes)
+    from scratch_transformer.data import load_translation_dataset
+    from scratch_transformer.inference import translate
+    from scratch_transformer.metrics import corpus_scores
+
+    args = parse_args(argv)
+    with open(REPO_ROOT / args.config, encoding="utf-8") as handle:
+        shipped = json.load(handle)
+    split = args.split or shipped.get("validation_split", "validation")
+    src, tgt = shipped["source_lang"], shipped["target_lang"]
+    dataset = load_translation_dataset(str(REPO_ROOT / shipped["dataset_name"]) if not Path(
+        shipped["dataset_name"]).is_absolute() else shipped["dataset_name"], src, tgt, splits=[split])[split]
+    if args.max_samples is not None:
+        dataset = dataset.select(range(min(args.max_samples, len(dataset))))
+    sources, references = list(dataset[src]), list(dataset[tgt])
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    defaults = model.generation_config
+    no_repeat = defaults.no_repeat_ngram_size if args.no_repeat_ngram_size is None else args.no_repeat_ngram_size
+    rows = []
+    for beams in args.num_beams:
+        for penalty in args.length_penalty if beams > 1 else [1.0]:  # greedy has no length penalty
+            with torch.inference_mode():
+                hypotheses = translate(model, tokenizer, sources, batch_size=args.batch_size, num_beams=beams,
+                                       length_penalty=penalty, no_repeat_ngram_size=no_repeat or 0)
+            scores = corpus_scores(hypotheses, references)
+            rows.append({"num_beams": beams, "length_penalty": penalty, "bleu": scores["bleu"],
+                         "chrf": scores["chrf"]})
+            print(f"[decoding] beam {beams} lp {penalty:g}: BLEU {scores['bleu']:.2f}", file=sys.stderr, flush=True)
+    best = max(rows, key=lambda row: (row["bleu"], row["chrf"]))
+    current = (defaults.num_beams or 1, 1.0 if defaults.length_penalty is None else defaults.length_penalty)
+    lines = [f"## Decoding chosen on {split}: {args.model}", "",
+             f"no_repeat_ngram_size {no_repeat or 0}; the model's defaults: beam {current[0]}, length penalty "
+             f"{current[1]:g}; {datetime.date.today()}, commit {git_commit()}, CPU {machine()['cpu_model']}.", "",
+             "| beams | length penalty | BLEU | chrF |", "|---:|---:|---:|---:|"]
+    for row in rows:
+        mark = " (best)" if row is best else (" (model default)" if (row["num_beams"], row["length_penalty"])
+                                               == current else "")
+        lines.append(f"| {row['num_beams']} | {row['length_penalty']:g}{mark} | {row['bleu']:.2f} | "
+                     f"{row['chrf']:.2f} |")
+    result = {"model": args.model, "split": split, "sentences": len(sources), "no_repeat_ngram_size": no_repeat,
+              "defaults": {"num_beams": current[0], "length_penalty": current[1]}, "rows": rows, "best": best,
+              "table": "\n".join(lines)}
+    output = Path(args.output_json) if args.output_json else Path(args.model) / "decoding_val.json"
+    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(result["table"])
+    return result
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (ValueError, OSError) as error:
+        sys.exit(f"python -m benchmarks.decoding: error: {error}")

@@ -279,6 +279,13 @@ def _tokenize(raw, tokenizer, data_args, training_args):
             else:
                 state = f"written to {', '.join(files)}"
             logger.info("tokenised %s: %d pairs, %s", split, len(tokenized[split]), state)
+    # Calling the tokenizer with truncation=True leaves that setting on its backend, which save_pretrained would
+    # write into tokenizer.json: clear it, so the saved tokenizer is the same whether a split was tokenised here
+    # or loaded from the cache (callers pass truncation explicitly, as translate() does).
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        backend.no_truncation()
+        backend.no_padding()
     return tokenized
 
 

@@ -135,6 +135,8 @@ def test_two_processes_train_like_one_process_with_the_global_batch(one_and_two_
     # keys), which Adam normalises into steps of size ~lr: they differ with the summation order. The rest agrees.
     assert_same_weights(one, two, skip=("k_proj.bias",), rtol=1e-3, atol=1e-5)
     assert (one / "tokenizer.json").read_text() == (two / "tokenizer.json").read_text()
+    # whether a run tokenised its splits or found them in the cache, no truncation state is saved with it
+    assert json.loads((one / "tokenizer.json").read_text())["truncation"] is None
 
 
 def test_two_process_run_writes_every_file_once(one_and_two_processes):

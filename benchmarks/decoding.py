@@ -69,8 +69,11 @@ def main(argv=None) -> dict:
         shipped = json.load(handle)
     split = args.split or shipped.get("validation_split", "validation")
     src, tgt = shipped["source_lang"], shipped["target_lang"]
-    dataset = load_translation_dataset(str(REPO_ROOT / shipped["dataset_name"]) if not Path(
-        shipped["dataset_name"]).is_absolute() else shipped["dataset_name"], src, tgt, splits=[split])[split]
+    # a folder given relative to the repository root (the shipped config's), else as given (a Hub id, a path)
+    name = shipped["dataset_name"]
+    local = REPO_ROOT / name
+    dataset = load_translation_dataset(str(local) if local.exists() else name, src, tgt, splits=[split],
+                                       dataset_config_name=shipped.get("dataset_config_name"))[split]
     if args.max_samples is not None:
         dataset = dataset.select(range(min(args.max_samples, len(dataset))))
     sources, references = list(dataset[src]), list(dataset[tgt])

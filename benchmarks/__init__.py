@@ -24,8 +24,9 @@ see BENCHMARKS.md).
     train    forward + backward + AdamW step in train mode with labels; (source + target) tokens/s
     train_main_job  the main job's step as it runs (ours and Marian): forward in the precision the main
              job picks on this machine (scratch_transformer.training.choose_precision: bf16 autocast
-             on a CPU with native bf16, fp32 elsewhere), float32 logits, HF's LabelSmoother with
-             epsilon 0.1, backward and AdamW step; the report's header gives the CPU model and
+             on a CPU with native bf16, fp32 elsewhere), label smoothing 0.1 as the main job's
+             Trainer computes it (ours: the model's fused loss; Marian: float32 logits through HF's
+             LabelSmoother), backward and AdamW step; the report's header gives the CPU model and
              whether it computes bf16 natively
     greedy   new tokens/s of model.generate(do_sample=False, num_beams=1, min_new_tokens=M,
              max_new_tokens=M, attention_mask=...); for naive, naive_greedy_decode (M steps, no cache)

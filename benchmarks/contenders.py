@@ -1,8 +1,9 @@
 """The contenders: one class per kind of model, each built by name in one place (`build`).
 
 A contender owns its model at one size, the shared batch, and the workloads (`run(figure)`): a training
-step (fp32, plain cross-entropy), the main job's training step (label smoothing 0.1 through HF's
-LabelSmoother, in the precision the main job picks on this machine), greedy decoding and beam-4 decoding. What differs between kinds lives in the
+step (fp32, plain cross-entropy), the main job's training step (label smoothing 0.1 as the main job's Trainer
+computes it: our model's fused loss, HF's LabelSmoother for Marian; in the precision the main job picks on this
+machine), greedy decoding and beam-4 decoding. What differs between kinds lives in the
 classes: how the model is built, how its loss and decoding are called, which figures it has,
 whether its generate() time can be split (forward hooks), and which extra FLOPs it executes.
 """
@@ -138,14 +139,22 @@ class Contender:
         return float(loss.detach())
 
     def main_job_loss(self, b: dict) -> torch.Tensor:
-        """The loss as Seq2SeqTrainer computes it with label_smoothing_factor=0.1 and its precision: the forward
-        pass (labels popped, teacher-forcing inputs from the collator, use_cache off as Trainer sets it) under
-        bf16 autocast when the main job would pick bf16 here, the logits made float32 as accelerate's
-        mixed-precision forward returns them, then HF's LabelSmoother (epsilon 0.1, -100 ignored) outside it."""
+        """The loss as the main job's TranslationTrainer computes it with label_smoothing_factor=0.1 and its
+        precision, under bf16 autocast when the main job would pick bf16 here. A model whose forward takes
+        `label_smoothing` (ours) gets the labels and epsilon 0.1 and computes the smoothed loss itself (fused
+        cross-entropy); any other (Marian) runs the forward pass without labels (teacher-forcing inputs from
+        the collator, use_cache off as Trainer sets it), its logits made float32 as accelerate's mixed-precision
+        forward returns them, then HF's LabelSmoother (epsilon 0.1, -100 ignored) outside it."""
         from transformers.trainer_pt_utils import LabelSmoother
+
+        from scratch_transformer.trainer import takes_label_smoothing
 
         precision, _ = main_job_precision()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            if takes_label_smoothing(self.model):
+                return self.model(input_ids=b["src"], attention_mask=b["src_mask"], decoder_input_ids=b["tgt_in"],
+                                  labels=b["labels"], use_cache=False,
+                                  label_smoothing=MAIN_JOB_LABEL_SMOOTHING).loss
             logits = self.logits(b)
         return LabelSmoother(epsilon=MAIN_JOB_LABEL_SMOOTHING)({"logits": logits.float()}, b["labels"])
 

@@ -140,7 +140,8 @@ def main_job_table(result: dict) -> list[str]:
     if not rows:
         return []
     return ["", f"Training step as the main job runs it (figure train_main_job, the training figure of record): "
-                f"HF's LabelSmoother (epsilon {main['label_smoothing']}) on float32 logits of a forward pass in "
+                f"label smoothing {main['label_smoothing']} as the main job's Trainer computes it (ours: the "
+                f"model's fused loss; Marian: HF's LabelSmoother on float32 logits), forward in "
                 f"{main['precision']} ({main['precision_reason']}), backward and AdamW step; beside it the fp32 "
                 "plain cross-entropy step (figure train). Tokens/s = (source+target) tokens.", "",
             "| contender | attn | main-job step tok/s | main-job ms | fp32 CE tok/s | fp32 CE ms | mem main-job |",

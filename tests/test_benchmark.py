@@ -138,9 +138,10 @@ def test_contenders_carry_their_differences():
 
 
 def test_main_job_step_is_label_smoothed_in_the_main_jobs_precision():
-    """The train_main_job figure's loss is HF's LabelSmoother with epsilon 0.1 on the float32 logits of a forward
-    pass in the precision choose_precision picks (checked against F.cross_entropy(label_smoothing=0.1), a separate
-    implementation of the same formula, with some labels -100); its step updates the weights. Dropout off (eval)
+    """The train_main_job figure's loss is the label-smoothed loss (epsilon 0.1) of a forward pass in the precision
+    choose_precision picks, as the main job's Trainer computes it (ours in its forward, Marian through HF's
+    LabelSmoother), checked against F.cross_entropy(label_smoothing=0.1) on the float32 logits, with some labels
+    -100; its step updates the weights. Dropout off (eval)
     so the two forward passes agree. In a child process at the repository root, where `benchmarks` imports."""
     code = (
         "import torch, torch.nn.functional as F\n"

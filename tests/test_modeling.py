@@ -547,6 +547,35 @@ def test_cross_entropy_loss_matches_torch_in_value_and_gradient():
     assert loss.dtype == torch.float32 and half.grad.dtype == torch.bfloat16
 
 
+def test_cross_entropy_loss_with_label_smoothing_is_hf_label_smoother():
+    """The fused label-smoothed loss (paper 5.4) equals HF's LabelSmoother on the same logits, in value and
+    gradient, with -100 labels and with Trainer's num_items_in_batch; eps outside [0, 1) is refused."""
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    from scratch_transformer.modeling_scratch_transformer import cross_entropy_loss
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11, dtype=torch.float64) * 3
+    labels = torch.randint(0, 11, (3, 5))
+    labels[0, 3:] = -100
+    labels[2, 0] = -100
+    for eps in (0.1, 0.3):
+        for num_items in (None, 17):
+            mine = logits.clone().requires_grad_()
+            reference = logits.clone().requires_grad_()
+            loss = cross_entropy_loss(mine, labels, num_items, label_smoothing=eps)
+            expected = LabelSmoother(epsilon=eps)({"logits": reference}, labels, num_items_in_batch=num_items)
+            loss.backward()
+            expected.backward()
+            torch.testing.assert_close(loss, expected)
+            torch.testing.assert_close(mine.grad, reference.grad)
+            plain = cross_entropy_loss(logits, labels, num_items)
+            assert abs(loss.item() - plain.item()) > 0.01  # smoothing changed the value: the argument is used
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="label_smoothing must be in"):
+            cross_entropy_loss(logits, labels, label_smoothing=bad)
+
+
 def test_cross_entropy_loss_edge_cases_raise_or_stay_finite():
     from scratch_transformer.modeling_scratch_transformer import cross_entropy_loss
 

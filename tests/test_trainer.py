@@ -2,6 +2,8 @@
 training-time budget (the gathering of each sentence once across processes is tested end to end in
 test_scale_out.py)."""
 
+import functools
+
 import torch
 from transformers import Seq2SeqTrainingArguments as TrainingArguments
 from transformers.trainer_pt_utils import LengthGroupedSampler
@@ -70,3 +72,48 @@ def test_a_budget_callback_lays_the_schedule_on_the_clock(tmp_path):
     plain.create_optimizer_and_scheduler(num_training_steps=10)
     plain.lr_scheduler.step()
     assert abs(plain.optimizer.param_groups[0]["lr"] - 0.9) < 1e-6  # no budget: HF's schedule over the steps
+
+
+def test_label_smoothing_goes_to_our_model_and_stays_hf_for_marian(tmp_path):
+    """With label_smoothing_factor, TranslationTrainer hands eps to our model's fused loss (the model gets the
+    labels and `label_smoothing`), which equals HF's LabelSmoother on the logits; a model whose forward has
+    no such argument (Marian) keeps HF's path. The training loss value is the same either way."""
+    from transformers import MarianConfig, MarianMTModel
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    from scratch_transformer import ScratchTransformerConfig, ScratchTransformerForConditionalGeneration
+
+    torch.manual_seed(0)
+    ours = ScratchTransformerForConditionalGeneration(ScratchTransformerConfig(
+        vocab_size=40, d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1, d_ff=32, dropout=0.0,
+        attention_dropout=0.0))
+    marian = MarianMTModel(MarianConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1,
+                                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                        decoder_ffn_dim=32, dropout=0.0, pad_token_id=0, decoder_start_token_id=0,
+                                        max_position_embeddings=16))
+    labels = torch.randint(1, 40, (3, 6))
+    labels[0, 4:] = -100
+    inputs = {"input_ids": torch.randint(1, 40, (3, 5)), "attention_mask": torch.ones(3, 5, dtype=torch.long),
+              "labels": labels,  # and the decoder's inputs, as the collator gives them: labels shifted right
+              "decoder_input_ids": torch.cat([torch.zeros(3, 1, dtype=torch.long), labels[:, :-1].clamp(min=0)], 1)}
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, label_smoothing_factor=0.1, report_to="none")
+    for model, fused in ((ours, True), (marian, False)):
+        model.eval()
+        seen = {}
+        forward = model.forward
+
+        @functools.wraps(forward)
+        def spy(*a, **kw):
+            seen.update(kw)
+            return forward(*a, **kw)
+
+        model.forward = spy
+        trainer = TranslationTrainer(model=model, args=args)
+        loss = trainer.compute_loss(model, dict(inputs), num_items_in_batch=torch.tensor(15))
+        assert ("label_smoothing" in seen) is fused and ("labels" in seen) is fused
+        assert trainer.label_smoother is not None  # restored for evaluation's loss
+        model.forward = forward
+        with torch.no_grad():
+            logits = model(**{k: v for k, v in inputs.items()}).logits
+        expected = LabelSmoother(epsilon=0.1)({"logits": logits}, labels, num_items_in_batch=torch.tensor(15))
+        torch.testing.assert_close(loss.detach(), expected, rtol=1e-5, atol=1e-5)

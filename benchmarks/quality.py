@@ -37,7 +37,12 @@ SCRIPT = "scripts/train_translation.py"
 CONFIG = "configs/multi30k_de_en.json"
 SIDES = ("ours", "marian")
 TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
-# The anchor's Marian apart from its size (shared/docs/multi30k-anchor.md); the size and dropouts come from ours.
+# The anchor's Marian (shared/docs/multi30k-anchor.md): its size and dropouts (--marian_size anchor, the default),
+# and the rest, which --marian_size ours keeps while taking ours' size and dropouts.
+MARIAN_ANCHOR_SIZE = {
+    "d_model": 256, "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_layers": 3,
+    "decoder_layers": 3, "encoder_ffn_dim": 1024, "decoder_ffn_dim": 1024, "dropout": 0.1, "attention_dropout": 0.1,
+}
 MARIAN_ANCHOR = {
     "activation_function": "relu", "activation_dropout": 0.0, "scale_embedding": True,
     "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True, "encoder_layerdrop": 0.0,
@@ -56,6 +61,9 @@ def parse_args(argv=None):
     p.add_argument("--only", choices=SIDES, default=None, help="run one side only (the table shows what exists)")
     p.add_argument("--report_only", action="store_true", help="run nothing: the table of the existing run folders")
     p.add_argument("--config", default=CONFIG, help="the main job's config file")
+    p.add_argument("--marian_size", choices=("anchor", "ours"), default="anchor",
+                   help="Marian's size and dropouts: the anchor's (d_model 256, 4 heads, 3+3 layers, FFN 1024, "
+                        "dropout 0.1; default) or ours' (from the config's or the passed --config_overrides)")
     p.add_argument("--output_json", default=None, help="default: <output_dir>/quality.json")
     args, passthrough = p.parse_known_args(argv)
     for flag in ("--output_dir", "--config_name", "--model_name_or_path"):
@@ -79,9 +87,10 @@ def _flag_value(flags: list[str], name: str) -> str | None:
     return value
 
 
-def marian_config_values(config_file: str, passthrough: list[str]) -> dict:
-    """MarianConfig fields of the anchor's Marian at ours' size: ours' overrides (passed through, else the config
-    file's) resolved by our config class, mapped to Marian's names."""
+def marian_config_values(config_file: str, passthrough: list[str], size: str = "anchor") -> dict:
+    """MarianConfig fields of the anchor's Marian: at the anchor's size (`size` "anchor"), or at ours' (`size`
+    "ours": ours' overrides, passed through or else the config file's, resolved by our config class and mapped to
+    Marian's names). Positions cover the longest source or target the run allows."""
     from scratch_transformer import ScratchTransformerConfig
     from scratch_transformer.translation import _parse_overrides
 
@@ -94,6 +103,8 @@ def marian_config_values(config_file: str, passthrough: list[str]) -> dict:
         raise ValueError("ours is pre-LN here, Marian is post-LN: the comparison needs pre_layer_norm false")
     lengths = [int(_flag_value(passthrough, name) or shipped.get(name, 128))
                for name in ("max_source_length", "max_target_length")]
+    if size == "anchor":
+        return {**MARIAN_ANCHOR_SIZE, "max_position_embeddings": max(lengths), **MARIAN_ANCHOR}
     return {
         "d_model": ours.d_model, "encoder_attention_heads": ours.num_heads, "decoder_attention_heads": ours.num_heads,
         "encoder_layers": ours.encoder_layers, "decoder_layers": ours.decoder_layers,
@@ -242,7 +253,7 @@ def main(argv=None) -> dict:
         marian_folder = None
         if "marian" in sides:
             marian_folder = write_marian_config(out / "marian_config",
-                                                marian_config_values(args.config, args.passthrough))
+                                                marian_config_values(args.config, args.passthrough, args.marian_size))
         for side in sides:  # one after the other: never two runs sharing the cores
             commands[side] = run_command(args, side, marian_folder)
             wall[side] = run_side(commands[side], out / f"{side}.log", log)

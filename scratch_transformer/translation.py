@@ -41,7 +41,7 @@ from .checkpoints import (
     sorted_checkpoints,
 )
 from .configuration_scratch_transformer import ScratchTransformerConfig
-from .data import load_translation_dataset
+from .data import load_translation_dataset, release_mapped_pages
 from .metrics import (
     corpus_scores,
     count_repeated_token_outputs,
@@ -94,6 +94,7 @@ def _train_tokenizer(model_args, data_args, raw, training_args):
         train, [data_args.source_lang, data_args.target_lang], max_sentences=model_args.tokenizer_max_sentences,
         seed=seed, vocab_size=model_args.vocab_size, min_frequency=model_args.tokenizer_min_frequency,
         model_max_length=max(data_args.max_source_length, data_args.max_target_length))
+    release_mapped_pages(train)  # the text read for BPE is not needed resident during training
     pairs = min(len(train), model_args.tokenizer_max_sentences or len(train))
     logger.info("joint BPE tokenizer of %d tokens, from %d sentences (%d training pairs)", len(tokenizer),
                 2 * pairs, pairs)
@@ -271,6 +272,7 @@ def _tokenize(raw, tokenizer, data_args, training_args):
                                            num_proc=data_args.preprocessing_num_workers,
                                            new_fingerprint=_tokenization_fingerprint(dataset, tokenizer, data_args),
                                            desc=f"tokenising {split}")
+            release_mapped_pages(dataset)  # the text this process read (num_proc 1) leaves its resident set
             files = [f["filename"] for f in tokenized[split].cache_files]
             if not files:
                 state = "kept in memory"

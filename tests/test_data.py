@@ -527,3 +527,31 @@ def test_real_multi30k():
     }
     assert dd["test_2016_flickr"][0]["en"] == "A man in an orange hat starring at something."
     assert all(s == s.strip() and s for s in dd["train"]["de"][:2000])
+
+
+def _resident_file_bytes() -> int:
+    """RssFile of /proc/self/status: this process's resident pages of mapped files, in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no RssFile in /proc/self/status")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_release_mapped_pages_drops_read_text_from_the_resident_set_and_keeps_the_rows(tmp_path):
+    """After reading a memory-mapped split, its pages are resident in this process; release_mapped_pages (called
+    after BPE training and tokenisation) drops them, and the split still reads the same rows."""
+    from scratch_transformer.data import release_mapped_pages
+
+    padding = "x" * 2000
+    datasets.Dataset.from_dict({"de": [f"{i} {padding}" for i in range(20_000)]}).save_to_disk(tmp_path / "split")
+    split = datasets.load_from_disk(str(tmp_path / "split"))  # memory-mapped, about 40 MB of text
+    assert split.cache_files
+    assert sum(len(s) for batch in split.iter(batch_size=1000) for s in batch["de"]) > 40_000_000
+    before = _resident_file_bytes()
+    advised = release_mapped_pages(split)
+    after = _resident_file_bytes()
+    assert advised >= 40_000_000
+    assert before - after >= 30_000_000, (before, after)
+    assert split[12345]["de"] == f"12345 {padding}"
+    assert release_mapped_pages(datasets.Dataset.from_dict({"de": ["a"]})) == 0  # in memory: nothing mapped

@@ -67,6 +67,19 @@ def test_marian_config_gets_the_tokenizer_and_the_anchor_size(marian_folder, mul
     assert count_parameters(ours) == count_parameters(ours, trainable_only=False) == 7_577_600
 
 
+def test_marian_keeps_the_anchors_size_unless_asked_for_ours():
+    """Ours may change its shape (the recipe study's lever); Marian stays the anchor's model by default."""
+    wide = ["--config_overrides", "d_model=320,num_heads=4,encoder_layers=2,decoder_layers=2,d_ff=1280,dropout=0.2"]
+    shape = ("d_model", "encoder_attention_heads", "encoder_layers", "decoder_layers", "encoder_ffn_dim", "dropout")
+    anchor = quality.marian_config_values(quality.CONFIG, wide)
+    assert tuple(anchor[k] for k in shape) == (256, 4, 3, 3, 1024, 0.1)
+    assert anchor["attention_dropout"] == 0.1 and anchor["max_position_embeddings"] == 128
+    matched = quality.marian_config_values(quality.CONFIG, wide, size="ours")
+    assert tuple(matched[k] for k in shape) == (320, 4, 2, 2, 1280, 0.2)
+    assert quality.parse_args(["--marian_size", "ours"]).marian_size == "ours"
+    assert quality.parse_args([]).marian_size == "anchor"
+
+
 def test_a_forced_eos_in_the_config_becomes_the_tokenizers_eos(marian_folder, multi30k_tokenizer):
     model = _build_model(model_args(config_name=str(marian_folder),
                                     config_overrides="forced_eos_token_id=0,encoder_layers=1"), multi30k_tokenizer)

@@ -10,9 +10,13 @@ beside the weights and `from_pretrained(..., trust_remote_code=True)` loads it w
   `torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)` turns every projection
   into `torch.ao.nn.quantized.dynamic.Linear`, which `linear` then simply calls (int8 inference; generate()
   works on the result), and so do pruning, PEFT target modules and converters that read nn.Linear weights.
+- `dropout(layer, x)` and `dropout_values(x, p)`: `layer(x)` for the model's `nn.Dropout` modules and
+  `F.dropout(x, p)` for the attention weights; in CPU training the keep/drop mask is drawn 4 values from one
+  64-bit random number instead of torch's one Bernoulli draw per value, which runs serially on CPU.
 """
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.autograd import forward_ad
 from torch.nn.modules import module as _module
@@ -33,12 +37,12 @@ _ONEDNN_LINEAR = _onednn_linear_available()
 MIN_ONEDNN_MACS = 2**23
 
 
-def _plain_linear_module(layer: nn.Module) -> bool:
-    """True when calling `layer` would do nothing but nn.Linear.forward: its type is exactly nn.Linear (not a
-    quantized, parametrized, LoRA or other subclass) and no hook or replaced forward (pruning's mask, accelerate's
-    offload hooks, a user's forward hook) would run around it."""
+def _plain_linear_module(layer: nn.Module, kind: type = nn.Linear) -> bool:
+    """True when calling `layer` would do nothing but kind.forward (nn.Linear's by default): its type is exactly
+    `kind` (not a quantized, parametrized, LoRA or other subclass) and no hook or replaced forward (pruning's mask,
+    accelerate's offload hooks, a user's forward hook) would run around it."""
     return (
-        type(layer) is nn.Linear
+        type(layer) is kind
         and not layer._forward_pre_hooks
         and not layer._forward_hooks
         and "forward" not in layer.__dict__
@@ -92,4 +96,63 @@ def linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         and x.numel() * layer.out_features >= MIN_ONEDNN_MACS  # last: under tracing numel() is a tensor
     ):
         return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, "none", [], "")
+    return layer(x)
+
+
+# ======== Dropout (paper 5.4) in CPU training ========================================================
+# torch's CPU dropout draws one Bernoulli number per value from its Mersenne Twister, one value after the other:
+# for the main job's step at the small size that was 13% of the step's CPU time (26 calls, 54 ms a step;
+# torch.profiler, 2 AMD EPYC cores, 2026-12-01). Here one 64-bit draw of the same generator gives four 16-bit
+# uniform numbers, each compared with p: 4.3x faster for a 64 x 24 x 1024 tensor (12.7 -> 3.0 ms).
+
+
+def _fast_dropout_applies(x: torch.Tensor, p: float) -> bool:
+    """True for a CPU floating-point tensor, 0 < p < 1, and no tracing, compiling or torch.func transform (which
+    must see torch's own dropout op)."""
+    return (
+        0.0 < p < 1.0
+        and x.device.type == "cpu"
+        and x.is_floating_point()
+        and not torch._C._are_functorch_transforms_active()
+        and not torch.jit.is_tracing()
+        and not torch.compiler.is_compiling()
+    )
+
+
+def dropout_values(x: torch.Tensor, p: float) -> torch.Tensor:
+    """F.dropout(x, p, training=True): each value zeroed with probability p, the others scaled by 1 / (1 - p).
+
+    Args:
+        x: any shape, floating point.
+        p: drop probability in [0, 1].
+    Returns:
+        A tensor of x's shape and dtype. On CPU (`_fast_dropout_applies`) the mask comes from
+        `torch.empty(ceil(n / 4), dtype=int64).random_(-2**63, 2**63 - 1)` read as n int16 numbers u, uniform on
+        [-32768, 32767], a value kept where u >= round(p * 65536) - 32768: kept with probability 1 - p rounded to a
+        multiple of 2^-16 (p 0.1: 0.899994 instead of 0.9), drawn from torch's default generator, so
+        `torch.manual_seed` makes it repeatable. Kept values are x times (1 / (1 - p) in x's dtype), as torch's
+        CPU dropout scales them; the gradient is the upstream gradient times the same mask. Elsewhere (other
+        devices, p 0 or 1, tracing, compiling, torch.func) this is F.dropout itself.
+    """
+    if not _fast_dropout_applies(x, p):
+        return F.dropout(x, p, training=True)
+    n = x.numel()
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device).random_(-(2**63), 2**63 - 1)
+    uniform = words.view(torch.int16)[:n].view(x.shape)  # (ceil(n / 4),) int64 -> x's shape of int16
+    keep = uniform >= round(p * 65536) - 32768
+    return x * keep.to(x.dtype).mul_(1.0 / (1.0 - p))
+
+
+def dropout(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """y = layer(x) for the model's dropouts (paper 5.4), faster in CPU training.
+
+    Args:
+        layer: an nn.Dropout (or whatever replaced it: any other module, or one with hooks, is simply called).
+        x: any shape.
+    Returns:
+        x's shape. In training, for exactly an nn.Dropout with nothing around its forward and not in place,
+        `dropout_values(x, layer.p)`; otherwise `layer(x)` (in eval mode: x itself).
+    """
+    if layer.training and _plain_linear_module(layer, nn.Dropout) and not layer.inplace:
+        return dropout_values(x, layer.p)
     return layer(x)

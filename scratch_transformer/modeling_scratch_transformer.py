@@ -8,7 +8,8 @@ Reads bottom-up, each piece under the heading of its paper section, before the p
     3.1    Sublayer connection: residual, dropout (5.4) and LayerNorm, post-LN or pre-LN, written once
     3.1    Encoder and Decoder Stacks: the two layers and the two stacks
     HF     Hugging Face classes: init, loss, the bare model, the model with its LM head, generate()'s hooks
-Speed code (`linear(layer, x)`: oneDNN for the projections at CPU inference) is in kernels_scratch_transformer.py.
+Speed code (`linear(layer, x)`: oneDNN for the projections at CPU inference; `dropout(layer, x)`: the dropout mask
+drawn 4 values at a time in CPU training) is in kernels_scratch_transformer.py.
 
 Notation in shape comments:
     b batch, s source length, t target length (new tokens this call), p cached target length,
@@ -33,7 +34,11 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
-from .kernels_scratch_transformer import linear  # linear(layer, x) = layer(x), faster at CPU inference
+from .kernels_scratch_transformer import (  # the same results as layer(x) and F.dropout, faster on CPU
+    dropout,
+    dropout_values,
+    linear,
+)
 
 # ======== 3.1 Model Architecture (overview) ========================================================
 # An encoder maps source tokens (b, s) to representations (b, s, d); a decoder, given those and the target
@@ -107,7 +112,7 @@ class ScratchTransformerEmbedding(nn.Module):
                 f"[{int(input_ids.min())}, {int(input_ids.max())}] (labels use -100 only in `labels`)"
             )
         embeddings = self.embed_tokens(input_ids) * self.scale  # (b, n) -> (b, n, d)
-        return self.dropout(embeddings + self.embed_positions(input_ids.size(1), offset).to(embeddings.dtype))
+        return dropout(self.dropout, embeddings + self.embed_positions(input_ids.size(1), offset).to(embeddings.dtype))
 
 
 # ======== 3.2 Attention ============================================================================
@@ -136,7 +141,7 @@ def eager_attention(query, key, value, attention_mask=None, dropout_p: float = 0
         scores = scores + attention_mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     if dropout_p > 0:
-        weights = F.dropout(weights, dropout_p)
+        weights = dropout_values(weights, dropout_p)
     return torch.matmul(weights, value), weights
 
 
@@ -317,7 +322,7 @@ class ScratchTransformerLayer(nn.Module):
         """
         output = sublayer(layer_norm(hidden_states) if self.pre_layer_norm else hidden_states, **kwargs)
         output, weights = output if isinstance(output, tuple) else (output, None)
-        hidden_states = hidden_states + self.dropout(output)
+        hidden_states = hidden_states + dropout(self.dropout, output)
         return (hidden_states if self.pre_layer_norm else layer_norm(hidden_states)), weights
 
 

@@ -198,3 +198,53 @@ def test_quantize_dynamic_converts_every_projection_and_generates_alike():
     beam = quantized.generate(input_ids=src, num_beams=3, **settings)
     assert beam.shape == (64, 8)
     assert (beam == model.generate(input_ids=src, num_beams=3, **settings)).float().mean() >= 0.95
+
+
+# -------- dropout in CPU training (paper 5.4)
+
+
+def test_dropout_values_keeps_one_minus_p_scales_like_torch_and_masks_the_gradient():
+    from scratch_transformer.kernels_scratch_transformer import dropout_values
+
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(400_003, dtype=dtype, requires_grad=True)  # not a multiple of 4
+        y = dropout_values(x, 0.1)
+        assert y.dtype == dtype and y.shape == x.shape
+        kept = y != 0
+        assert kept.float().mean().item() == pytest.approx(1 - 6554 / 65536, abs=0.002)  # 1 - p on 2^-16
+        scale = torch.tensor(1 / 0.9, dtype=dtype)  # torch's CPU dropout rounds the scale to x's dtype too
+        assert torch.equal(y[kept], x.detach()[kept] * scale)
+        grad = torch.randn_like(x)
+        y.backward(grad)
+        assert torch.equal(x.grad, torch.where(kept, grad * scale, torch.zeros((), dtype=dtype)))
+    x = torch.randn(1000, 7)
+    torch.manual_seed(3)
+    a = dropout_values(x, 0.3)
+    torch.manual_seed(3)
+    assert torch.equal(a, dropout_values(x, 0.3))  # the default generator: seeded, repeatable
+    assert not torch.equal(a, dropout_values(x, 0.3))
+    assert (dropout_values(x, 0.3) == 0).float().mean().item() == pytest.approx(0.3, abs=0.02)
+    assert torch.equal(dropout_values(x, 0.0), x) and torch.equal(dropout_values(x, 1.0), torch.zeros_like(x))
+
+
+def test_dropout_is_the_module_outside_cpu_training():
+    from scratch_transformer.kernels_scratch_transformer import dropout
+
+    x = torch.randn(50, 40)
+    layer = nn.Dropout(0.5)
+    assert dropout(layer.eval(), x) is x
+    layer.train()
+    torch.manual_seed(0)
+    ours = dropout(layer, x)
+    torch.manual_seed(0)
+    assert not torch.equal(ours, layer(x))  # the fast mask, not torch's Bernoulli draws
+    calls = []
+    layer.register_forward_hook(lambda module, args, output: calls.append(1))
+    torch.manual_seed(0)
+    hooked = dropout(layer, x)
+    torch.manual_seed(0)
+    assert torch.equal(hooked, layer(x)) and len(calls) == 2  # a hooked module is called itself
+    inplace = nn.Dropout(0.5, inplace=True).train()
+    y = x.clone()
+    assert dropout(inplace, y) is y

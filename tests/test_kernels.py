@@ -226,6 +226,8 @@ def test_dropout_values_keeps_one_minus_p_scales_like_torch_and_masks_the_gradie
     assert not torch.equal(a, dropout_values(x, 0.3))
     assert (dropout_values(x, 0.3) == 0).float().mean().item() == pytest.approx(0.3, abs=0.02)
     assert torch.equal(dropout_values(x, 0.0), x) and torch.equal(dropout_values(x, 1.0), torch.zeros_like(x))
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        dropout_values(x, 1.5)
 
 
 def test_dropout_is_the_module_outside_cpu_training():

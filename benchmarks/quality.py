@@ -131,13 +131,14 @@ def run_command(args, side: str, marian_folder: Path | None) -> list[str]:
     return command
 
 
-def run_side(command: list[str], log_path: Path, log) -> float:
-    """Run one training job to the end, its output into log_path; returns its wall seconds.
+def run_side(command: list[str], log_path: Path, log, tag: str = "quality") -> float:
+    """Run one training job to the end, its output into log_path; returns its wall seconds. Progress lines go to
+    `log`, prefixed with `[tag]` (the benchmark that runs the job).
 
     Raises:
         RuntimeError: the job failed (with the end of its log).
     """
-    log(f"[quality] {shlex.join(command)}  (log: {log_path})")
+    log(f"[{tag}] {shlex.join(command)}  (log: {log_path})")
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as handle:
         proc = subprocess.run(command, cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT, check=False,
@@ -146,7 +147,7 @@ def run_side(command: list[str], log_path: Path, log) -> float:
     if proc.returncode != 0:
         tail = "".join(log_path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-30:])
         raise RuntimeError(f"the run failed (exit {proc.returncode}) after {seconds:.0f} s; end of {log_path}:\n{tail}")
-    log(f"[quality] done in {seconds:.0f} s")
+    log(f"[{tag}] done in {seconds:.0f} s")
     return seconds
 
 
@@ -235,6 +236,9 @@ def markdown_table(result: dict) -> str:
             + " | ".join("-" if s is None else f"{s['bleu']:.2f} / {s['chrf']:.2f}" for s in scores) + " |")
     if result.get("passthrough"):
         lines += ["", f"Flags passed to both runs: `{shlex.join(result['passthrough'])}`."]
+        if _flag_value(result["passthrough"], "config_overrides") is not None:
+            lines[-1] += (" `--config_overrides` shapes ours only: Marian's run overrides it with an empty one and "
+                          f"takes its own config folder (`--marian_size {result.get('marian_size', 'anchor')}`).")
     lines += ["", ("Training seconds exclude evaluation. Parameters: trainable, each shared tensor once; in brackets "
                    "with the frozen ones (Marian's sinusoidal position tables are frozen parameters, ours a buffer).")]
     return "\n".join(lines)
@@ -274,6 +278,7 @@ def main(argv=None) -> dict:
         "budget": f"{minutes:g} min of training (or {budget_steps} steps)" if minutes else f"{budget_steps} steps",
         "num_beams": _flag_value(args.passthrough, "num_beams") or shipped.get("num_beams"),
         "passthrough": args.passthrough,
+        "marian_size": args.marian_size,
         "runs": runs,
     }
     result["table"] = markdown_table(result)

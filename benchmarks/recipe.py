@@ -145,7 +145,7 @@ def main(argv=None) -> dict:
     if not args.report_only:
         for name in args.names:  # one after the other: never two runs sharing the cores
             command = run_command(args, name)
-            run_side(command, out / f"{name}.log", log)
+            run_side(command, out / f"{name}.log", log, tag="recipe")
             commands[name] = shlex.join(command)
     names = [n for n in VARIANTS if (out / n / "all_results.json").is_file()]
     result = {

@@ -136,6 +136,18 @@ def test_report_only_reads_the_run_folders(tmp_path, capsys):
     assert saved["table"] == printed.strip() and saved["runs"]["marian"]["steps"] == 80
 
 
+def test_the_table_says_config_overrides_shape_ours_only(tmp_path, capsys):
+    write_run(tmp_path / "ours", "scratch_transformer", 100, 50.0, 30.0)
+    write_run(tmp_path / "marian", "marian", 80, 60.0, 28.5)
+    plain = quality.main(["--report_only", "--output_dir", str(tmp_path), "--seed", "7"])["table"]
+    assert "Flags passed to both runs: `--seed 7`." in plain and "shapes ours only" not in plain
+    shaped = quality.main(["--report_only", "--output_dir", str(tmp_path), "--config_overrides", "d_model=320",
+                           "--marian_size", "ours"])["table"]
+    assert ("Flags passed to both runs: `--config_overrides d_model=320`. `--config_overrides` shapes ours only"
+            in shaped)
+    assert "(`--marian_size ours`)" in shaped
+
+
 def test_flags_the_benchmark_sets_cannot_be_passed_through(capsys):
     with pytest.raises(SystemExit):
         quality.parse_args(["--max_steps", "2", "--config_name", "x"])

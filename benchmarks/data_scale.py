@@ -5,11 +5,15 @@ For each size, a synthetic parallel corpus (nothing is fetched) is written as a 
 process runs the main job's steps on it (configs/multi30k_de_en.json with that folder, one training step, no
 evaluation, nothing saved), and a second child reruns them on the same datasets cache (the cached rerun),
 after the first run's files have been flushed to disk (os.sync; its seconds are reported as
-sync_seconds_before_rerun).
+sync_seconds_before_rerun). With --cold_rerun a third child reruns them once more after the kernel's page cache
+has been emptied (Linux, root: /proc/sys/vm/drop_caches), the worst case of a rerun, whose every file (the
+libraries imported included) comes from the disk; how warm the page cache is otherwise depends on the machine
+and on what ran before.
 
 Usage (from the repository root):
     python -m benchmarks.data_scale --pairs 100000,1000000,4500000
     python -m benchmarks.data_scale --pairs 2000 --work_dir /tmp/ds --output_json /tmp/ds.json
+    python -m benchmarks.data_scale --pairs 1000000 --cold_rerun     # also a rerun from an empty page cache
 
 The corpus: sentence lengths in words drawn from a lognormal of mean 25 words (sigma 0.5, cut to 1..150),
 the target's length the source's times a lognormal factor (sigma 0.15); words drawn from a Zipf law
@@ -254,6 +258,24 @@ def _child(folder: Path, cache: Path, output_dir: Path, args) -> dict:
     return out
 
 
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def drop_page_cache(path: Path = DROP_CACHES) -> None:
+    """Flush written files to disk, then empty the kernel's page cache (Linux: write 1 to `path`).
+
+    Raises:
+        RuntimeError: the page cache cannot be emptied here (not Linux, or not root); names the file.
+    """
+    os.sync()
+    try:
+        with open(path, "w", encoding="ascii") as handle:
+            handle.write("1\n")
+    except OSError as error:
+        raise RuntimeError(f"--cold_rerun empties the page cache by writing to {path}, which failed ({error}): "
+                           f"it needs Linux and root; run without --cold_rerun") from error
+
+
 def measure(pairs: int, args) -> dict:
     """Corpus, first run (empty cache) and, unless --no-rerun, the cached rerun, for one size."""
     work = Path(args.work_dir)
@@ -270,9 +292,12 @@ def measure(pairs: int, args) -> dict:
         os.sync()
         entry["sync_seconds_before_rerun"] = time.perf_counter() - start
         entry["rerun"] = _child(folder, cache, work / f"rerun_{pairs}", args)
+        if args.cold_rerun:
+            drop_page_cache()
+            entry["cold_rerun"] = _child(folder, cache, work / f"cold_rerun_{pairs}", args)
     if not args.keep:
         shutil.rmtree(cache, ignore_errors=True)
-        for name in (f"run_{pairs}", f"rerun_{pairs}"):
+        for name in (f"run_{pairs}", f"rerun_{pairs}", f"cold_rerun_{pairs}"):
             shutil.rmtree(work / name, ignore_errors=True)
     return entry
 
@@ -302,12 +327,16 @@ def goals(entries: list[dict]) -> dict:
     reruns = {e["pairs"]: e["rerun"]["to_first_step_seconds"] / 60 for e in entries if "rerun" in e}
     out["cached_rerun"] = {"minutes": reruns, "bound": GOALS["rerun_minutes"],
                            "met": all(m <= GOALS["rerun_minutes"] for m in reruns.values()) if reruns else None}
+    cold = {e["pairs"]: e["cold_rerun"]["to_first_step_seconds"] / 60 for e in entries if "cold_rerun" in e}
+    if cold:  # the worst case, reported beside the goal (which is judged on the rerun as the machine left it)
+        out["cached_rerun"]["cold_page_cache_minutes"] = cold
     return out
 
 
 def table(entries: list[dict]) -> str:
     """The printed table: one row per stage, seconds and peak RSS (MB) of each size's first run and rerun."""
-    runs = [(f"{e['pairs']:,} {kind}", e[kind]) for e in entries for kind in ("first", "rerun") if kind in e]
+    runs = [(f"{e['pairs']:,} {kind.replace('_', ' ')}", e[kind]) for e in entries
+            for kind in ("first", "rerun", "cold_rerun") if kind in e]
     head = f"{'stage':<12}" + "".join(f"{name:>26}" for name, _ in runs)
     lines = [head, f"{'':<12}" + "".join(f"{'s':>14}{'peak MB':>12}" for _ in runs)]
     for name in STAGES:
@@ -328,6 +357,8 @@ def parse_args(argv=None):
     p.add_argument("--config", default=str(REPO_ROOT / "configs" / "multi30k_de_en.json"),
                    help="the run's settings; the dataset, splits and step count are set by the benchmark")
     p.add_argument("--no-rerun", dest="rerun", action="store_false", help="skip the cached rerun")
+    p.add_argument("--cold_rerun", action="store_true",
+                   help="also rerun after emptying the page cache (Linux, root): every file read from the disk")
     p.add_argument("--keep", action="store_true", help="keep the datasets caches and run folders")
     p.add_argument("--seed", type=int, default=0, help="the corpus's seed")
     p.add_argument("--flags", nargs=argparse.REMAINDER, default=[],
@@ -341,6 +372,8 @@ def parse_args(argv=None):
         args.pairs = [int(x.replace("_", "")) for x in args.pairs.split(",") if x.strip()]
     except ValueError:
         p.error(f"--pairs must be comma-separated whole numbers, got {args.pairs!r}")
+    if args.cold_rerun and not args.rerun:
+        p.error("--cold_rerun is a second rerun: it cannot go with --no-rerun")
     if not args.pairs or any(n < 1 for n in args.pairs):
         p.error(f"--pairs must name sizes >= 1, got {args.pairs}")
     return args
@@ -358,10 +391,14 @@ def main(argv=None) -> dict:
         entries.append(measure(pairs, args))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "RAYON_NUM_THREADS") if k in os.environ}
-    result = {"machine": {"cpus": cpus, "processor": platform.processor() or platform.machine(),
+    from benchmarks.report import cpu_model
+
+    result = {"machine": {"cpus": cpus, "cpu_model": cpu_model(),
+                          "processor": platform.processor() or platform.machine(),
                           "python": platform.python_version(), "env": env},
               "command": " ".join(["python -m benchmarks.data_scale", *(argv if argv is not None else sys.argv[1:])]),
               "sizes": entries, "goals": goals(entries)}
+    print(f"CPU: {result['machine']['cpu_model']}, {cpus} cores")
     print(table(entries))
     for name, goal in result["goals"].items():
         print(f"{name}: {'met' if goal['met'] else 'not met' if goal['met'] is False else 'not measured'} "

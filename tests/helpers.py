@@ -5,12 +5,16 @@ that refuses any traffic leaving the machine, a header that makes this package u
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
-from conftest import MULTI30K, load_script
+from conftest import MULTI30K, REPO_ROOT, load_script
+
+from scratch_transformer.checkpoints import is_complete_checkpoint
 
 train_translation = load_script("train_translation")
 
@@ -47,6 +51,26 @@ def subprocess_env(**extra):
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     return env
+
+
+def kill_at_checkpoint(argv: list[str], checkpoint: Path, log_path: Path, timeout: float = 300) -> None:
+    """Run train_translation.py with argv in a subprocess (output into log_path) and SIGKILL it as soon as
+    `checkpoint` is complete on disk. Fails the test when the run ends first or no such checkpoint appears
+    within `timeout` seconds."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        process = subprocess.Popen([sys.executable, str(REPO_ROOT / "scripts" / "train_translation.py"), *argv],
+                                   cwd=REPO_ROOT, env=subprocess_env(), stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        try:
+            while process.poll() is None and not is_complete_checkpoint(checkpoint):
+                assert time.monotonic() < deadline, f"no {checkpoint.name} after {timeout:g} s"
+                time.sleep(0.005)
+            running = process.poll() is None
+            os.kill(process.pid, signal.SIGKILL)
+        finally:
+            process.kill()
+            process.wait()
+    assert running, "the run ended before it could be killed:\n" + log_path.read_text()[-3000:]
 
 
 def snapshot(folder):

@@ -4,11 +4,8 @@ of N / 2, an order drawn from (seed, epoch) that a resumed run replays (also aft
 by the labelled tokens of a whole accumulated step, the refused settings, and the padding on Multi30k."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -16,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from accelerate.data_loader import BatchSamplerShard
 from conftest import MULTI30K, REPO_ROOT, TINY_SENTENCES
-from helpers import TINY, common_flags, subprocess_env, train_translation
+from helpers import TINY, common_flags, kill_at_checkpoint, subprocess_env, train_translation
 from transformers import DataCollatorForSeq2Seq, TrainerCallback
 
 from scratch_transformer import ScratchTransformerConfig, ScratchTransformerForConditionalGeneration
@@ -28,7 +25,7 @@ from scratch_transformer.batching import (
     padding_fraction,
     pair_lengths,
 )
-from scratch_transformer.checkpoints import is_complete_checkpoint, last_complete_checkpoint
+from scratch_transformer.checkpoints import last_complete_checkpoint
 from scratch_transformer.tokenization import train_tokenizer
 from scratch_transformer.trainer import TranslationTrainer
 
@@ -414,20 +411,7 @@ def test_resuming_in_the_second_epoch_replays_its_token_batches(uninterrupted, t
 def test_a_run_killed_in_the_second_epoch_reruns_to_the_same_training(uninterrupted, tmp_path):
     out = tmp_path / "killed"
     argv = flags(out)
-    with open(tmp_path / "killed.log", "w", encoding="utf-8") as log:
-        process = subprocess.Popen([sys.executable, str(SCRIPT), *argv], cwd=REPO_ROOT, env=subprocess_env(),
-                                   stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 300
-        try:
-            while process.poll() is None and not is_complete_checkpoint(out / "checkpoint-10"):
-                assert time.monotonic() < deadline, "no checkpoint-10 after 300 s"
-                time.sleep(0.005)
-            running = process.poll() is None
-            os.kill(process.pid, signal.SIGKILL)
-        finally:
-            process.kill()
-            process.wait()
-    assert running, "the run ended before it could be killed:\n" + (tmp_path / "killed.log").read_text()[-3000:]
+    kill_at_checkpoint(argv, out / "checkpoint-10", tmp_path / "killed.log")
     assert not (out / "all_results.json").exists()
     assert 10 <= int(last_complete_checkpoint(out).rsplit("-", 1)[1]) < RUN["max_steps"]
     train_translation.main(argv)  # the same command again: resumes from the last complete checkpoint

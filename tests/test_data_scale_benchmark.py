@@ -6,9 +6,11 @@ import math
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO_ROOT
 from helpers import TINY, subprocess_env
 
+from benchmarks import data_scale
 from benchmarks.data_scale import STAGES
 
 
@@ -40,3 +42,14 @@ def test_the_data_scale_benchmark_at_2000_pairs(tmp_path):
     assert set(result["goals"]) == {"linear_in_pairs", "peak_rss_at_4.5M", "first_step_at_4.5M", "cached_rerun"}
     assert result["goals"]["peak_rss_at_4.5M"]["met"] is None  # not run at that size
     assert not (tmp_path / "work" / "hf_datasets_cache_2000").exists()  # caches removed without --keep
+
+
+def test_a_cold_rerun_that_cannot_empty_the_page_cache_says_why(tmp_path):
+    with pytest.raises(RuntimeError, match=r"--cold_rerun empties the page cache by writing to .*needs Linux and root"):
+        data_scale.drop_page_cache(tmp_path)  # a folder: opening it for writing fails
+
+
+def test_a_cold_rerun_needs_the_rerun(capsys):
+    with pytest.raises(SystemExit):
+        data_scale.parse_args(["--no-rerun", "--cold_rerun"])
+    assert "--cold_rerun is a second rerun" in capsys.readouterr().err

@@ -5,20 +5,17 @@ after SIGKILL (also past half-written checkpoints), and bad inputs that must fai
 
 import json
 import logging
-import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 from conftest import MULTI30K, REPO_ROOT
+from helpers import TINY, common_flags, kill_at_checkpoint, snapshot, subprocess_env, train_translation
 from safetensors.torch import load_file
-from helpers import TINY, common_flags, snapshot, subprocess_env, train_translation
 
 from scratch_transformer.checkpoints import is_complete_checkpoint, is_complete_safetensors, last_complete_checkpoint
 
@@ -275,20 +272,7 @@ def assert_same_training(run, reference):
 def test_sigkill_then_rerun_resumes_past_half_written_checkpoints(uninterrupted, tmp_path, caplog):
     out = tmp_path / "killed"
     argv = flags(out, per_device_train_batch_size=8, **RESUME)
-    with open(tmp_path / "killed.log", "w", encoding="utf-8") as log:
-        process = subprocess.Popen([sys.executable, str(SCRIPT), *argv], cwd=REPO_ROOT, env=subprocess_env(),
-                                   stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 300
-        try:
-            while process.poll() is None and not is_complete_checkpoint(out / "checkpoint-10"):
-                assert time.monotonic() < deadline, "no checkpoint-10 after 300 s"
-                time.sleep(0.01)
-            running = process.poll() is None
-            os.kill(process.pid, signal.SIGKILL)
-        finally:
-            process.kill()
-            process.wait()
-    assert running, "the run ended before it could be killed:\n" + (tmp_path / "killed.log").read_text()[-3000:]
+    kill_at_checkpoint(argv, out / "checkpoint-10", tmp_path / "killed.log")
     assert not (out / "all_results.json").exists()
     last = last_complete_checkpoint(out)
     step = int(last.rsplit("-", 1)[1])

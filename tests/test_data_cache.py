@@ -105,3 +105,25 @@ def test_tokenizer_max_sentences_trains_on_a_seeded_subset_and_is_checked(tmp_pa
     assert any("50 rows drawn with seed 0 (max_sentences 50)" in m for m in messages), messages
     with pytest.raises(ValueError, match="tokenizer_max_sentences must be >= 1"):
         ModelArguments(tokenizer_max_sentences=0)
+
+
+def _record_batch_rows(dataset):
+    """Rows of each Arrow record batch in the files behind a memory-mapped dataset."""
+    import pyarrow as pa
+
+    rows = []
+    for cache_file in dataset.cache_files:
+        with pa.memory_map(cache_file["filename"]) as source:
+            rows += [batch.num_rows for batch in pa.ipc.open_stream(source)]
+    return rows
+
+
+def test_a_folders_text_is_written_in_record_batches_of_arrow_batch_rows(tmp_path, datasets_cache, monkeypatch):
+    """Opening a memory-mapped Arrow file reads every record batch's header: a folder's text (read, then
+    normalised) is written in batches of data.ARROW_BATCH_ROWS rows (datasets' default is 1000), so that a rerun
+    on a large corpus reads few places of the file; the rows read back are the lines."""
+    monkeypatch.setattr(data_module, "ARROW_BATCH_ROWS", 250)
+    folder = _folder(tmp_path / "pairs", pairs=1100)
+    train = data_module.load_translation_dataset(str(folder), "de", "en")["train"]
+    assert _record_batch_rows(train) == [250, 250, 250, 250, 100]
+    assert train["de"] == (folder / "train.de").read_text(encoding="utf-8").splitlines()

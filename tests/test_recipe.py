@@ -10,6 +10,7 @@ from test_quality_benchmark import write_run
 
 from benchmarks import recipe
 from scratch_transformer import ScratchTransformerConfig
+from scratch_transformer.translation import _parse_overrides  # how the main job reads --config_overrides
 
 SHIPPED = json.loads((REPO_ROOT / recipe.CONFIG).read_text())
 
@@ -30,7 +31,7 @@ def test_every_variant_parses_as_main_job_flags_and_builds_a_valid_config(name):
         assert training_args.warmup_steps == SHIPPED["warmup_steps"] < 1  # the same share of the steps
     assert not training_args.do_predict and training_args.eval_strategy == "no"
     fields = dict(item.split("=", 1) for item in model_args.config_overrides.split(","))
-    config = ScratchTransformerConfig(**{key: json.loads(value) for key, value in fields.items()})
+    config = ScratchTransformerConfig(**_parse_overrides(model_args.config_overrides, ScratchTransformerConfig))
     flags = recipe.VARIANTS[name][0]
     if "--config_overrides" in flags:  # the change is in, the rest is as shipped
         changed = dict(item.split("=", 1) for item in flags[flags.index("--config_overrides") + 1].split(","))

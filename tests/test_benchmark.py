@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from scratch_transformer.training import choose_precision, native_bf16_cpu
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -91,12 +93,13 @@ def test_benchmark_tiny_end_to_end(tmp_path):
 
 def test_benchmark_same_process_option(tmp_path):
     """--same-process times the figures here instead of in fresh children; the figures and split are still there.
-    Run through scripts/benchmark.py, which hands over to `python -m benchmarks`."""
+    Run through scripts/benchmark.py, which hands over to `python -m benchmarks`. --seq_len sets the batch's
+    sentence lengths (tiny: 6) and the tokens counted."""
     out = tmp_path / "results_tiny_same.json"
     cmd = [
         sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"),
         "--size", "tiny", "--repeats", "1", "--warmup", "0", "--threads", "1", "--no-memory", "--same-process",
-        "--contenders", "ours-sdpa,marian", "--matmul-seconds", "0.02", "--output_json", str(out),
+        "--contenders", "ours-sdpa,marian", "--matmul-seconds", "0.02", "--seq_len", "5", "--output_json", str(out),
     ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -104,12 +107,22 @@ def test_benchmark_same_process_option(tmp_path):
     assert result["settings"]["timing_process"] == "this process"
     assert "-m benchmarks --size tiny" in result["command"]
     assert set(result["contenders"]) == {"ours-sdpa", "marian"}
+    assert (result["sizes"]["src_len"], result["sizes"]["tgt_len"]) == (5, 5)
     for c in result["contenders"].values():
         assert math.isfinite(c["final_train_loss"])
         for figure in ("greedy", "beam4"):
             fig = c["figures"][figure]
             assert 0 < fig["model_seconds"]["median"] < fig["seconds"]["median"], figure
     assert _positive_finite(result["ratios"]["beam4_ours_sdpa_over_marian"])
+
+
+def test_seq_len_below_two_is_refused(capsys):
+    from benchmarks import cli
+
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--seq_len", "1"])
+    assert "--seq_len must be >= 2" in capsys.readouterr().err
+    assert cli.parse_args(["--seq_len", "16"]).output_json.endswith("results_small_len16.json")
 
 
 def test_benchmark_script_outside_repo_root_names_the_command(tmp_path):

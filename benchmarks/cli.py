@@ -51,7 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--matmul-seconds", type=float, default=0.3, help="minimum seconds per matmul measurement")
     p.add_argument("--seq_len", type=int, default=None,
                    help="source and target tokens per sentence of the batch instead of the size's (small: 24); "
-                        "the main job's Multi30k batches average about 16 on the longer side")
+                        "Multi30k's training pairs average 15.9 tokens on the longer side with the main job's 8000 BPE")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output_json", default=None, help="default: benchmarks/results_<size>.json")
     args = p.parse_args(argv)

@@ -110,6 +110,7 @@ def test_benchmark_same_process_option(tmp_path):
     assert (result["sizes"]["src_len"], result["sizes"]["tgt_len"]) == (5, 5)
     for c in result["contenders"].values():
         assert math.isfinite(c["final_train_loss"])
+        assert c["figures"]["train"]["tokens_per_call"] == result["sizes"]["batch_size"] * (5 + 5)
         for figure in ("greedy", "beam4"):
             fig = c["figures"][figure]
             assert 0 < fig["model_seconds"]["median"] < fig["seconds"]["median"], figure

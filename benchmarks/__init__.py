@@ -12,7 +12,8 @@ Contenders, all at identical sizes, from the same seed, fp32 on CPU (benchmarks/
     marian       MarianMTModel from a MarianConfig matching ours (post-LN, ReLU, sinusoidal positions,
                  scaled, shared + tied embeddings, same dropouts and special ids), attn "sdpa"
     naive        benchmarks/naive_transformer.py (tutorial-style; greedy decoding without a cache)
-    marian-eager (optional, not in the default set) Marian with attn "eager"
+    marian-eager (optional, not in the default set) Marian with attn "eager", as the main job runs it (its config
+                 sets eager for both models): ratio train_main_job_ours_eager_over_marian_eager
 Ours is built with share_encoder_decoder_embeddings=True so that its trainable parameters equal
 Marian's (Marian's sinusoid tables are frozen parameters and are not counted).
 

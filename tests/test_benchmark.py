@@ -26,6 +26,7 @@ RATIO_KEYS = (
     "train_main_job_ours_sdpa_over_marian",
     "train_main_job_ours_eager_over_marian",
 )
+AS_THE_JOB_RUNS = "train_main_job_ours_eager_over_marian_eager"  # needs marian-eager, not a default contender
 
 
 def _positive_finite(x):
@@ -89,6 +90,25 @@ def test_benchmark_tiny_end_to_end(tmp_path):
 
     for key in RATIO_KEYS:
         assert _positive_finite(result["ratios"].get(key)), key
+    assert result["ratios"][AS_THE_JOB_RUNS] is None  # n/a without marian-eager
+
+
+def test_main_job_ratio_with_both_models_as_the_job_runs_them(tmp_path):
+    """With marian-eager among the contenders, the main-job ratio with both models on eager attention (the
+    config's attn_implementation, which benchmarks.quality gives Marian too) is the two medians' quotient."""
+    out = tmp_path / "results_tiny_eager.json"
+    cmd = [
+        sys.executable, "-m", "benchmarks", "--size", "tiny", "--repeats", "1", "--warmup", "0", "--threads", "1",
+        "--no-memory", "--same-process", "--figures", "train_main_job", "--contenders", "ours-eager,marian-eager",
+        "--matmul-seconds", "0.02", "--output_json", str(out),
+    ]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rates = {name: c["figures"]["train_main_job"]["tokens_per_s"]["median"] for name, c in result["contenders"].items()}
+    assert result["ratios"][AS_THE_JOB_RUNS] == pytest.approx(rates["ours-eager"] / rates["marian-eager"], rel=1e-3)
+    assert result["ratios"]["train_main_job_ours_eager_over_marian"] is None
+    assert AS_THE_JOB_RUNS in proc.stdout
 
 
 def test_benchmark_same_process_option(tmp_path):

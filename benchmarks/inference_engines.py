@@ -10,7 +10,9 @@ the function translate.py calls, in batches of `--batch_size`, with beam 4 (the 
 and greedy; the engines alternate (A B C D A B C D ...) after one untimed warm-up pass, and each figure is
 the median over `--repeats` passes. Printed: sentences/s, the ratio to `torch`, sacreBLEU and chrF against
 the references, and the share of sentences translated exactly as `torch` does (and, for beam search, as
-`torch` with early_stopping=True and renormalize_logits=True, the search CTranslate2 runs). The CPU model,
+`torch` with early_stopping=True and renormalize_logits=True, the search CTranslate2 runs with patience 1;
+generate()'s default search, early_stopping False, it approximates with patience 2). CTranslate2 runs one
+worker of one thread per --threads, each batch split among them. The CPU model,
 its native-bf16 flag, the command, the date and the commit are printed and written to --output_json.
 """
 
@@ -41,7 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--reference", default=str(MULTI30K / "test_2016_flickr.en.gz"), help="reference translations")
     p.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {','.join(ENGINES)}")
     p.add_argument("--searches", default="beam4,greedy", help="beam4 (the model's saved decoding) and/or greedy")
-    p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads and CTranslate2 intra_threads")
+    p.add_argument("--threads", type=int, default=os.cpu_count(),
+                   help="torch threads; CTranslate2 workers of one thread (each takes a share of a batch)")
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max_sentences", type=int, default=None, help="first N sentences only (quick checks)")
@@ -99,7 +102,7 @@ def build_engines(args, ct2_dir: str) -> tuple[dict, object, dict]:
             folder = os.path.join(ct2_dir, quantization)
             if not os.path.isdir(folder):
                 export_ctranslate2(args.model, folder, quantization=quantization)
-            engines[name] = CTranslate2Model.from_pretrained(folder, intra_threads=args.threads)
+            engines[name] = CTranslate2Model.from_pretrained(folder, inter_threads=args.threads, intra_threads=1)
             facts[name] = {"model_bin_bytes": os.path.getsize(os.path.join(folder, "model.bin"))}
     return engines, tokenizer, facts
 

@@ -34,7 +34,9 @@ class TranslateArguments:
         "choices": ["torch", "ctranslate2"]})
     compute_type: str = field(default="default", metadata={
         "help": "ctranslate2 only: int8, int8_float32, float32, ... (default: the type the folder was saved in)."})
-    threads: int = field(default=0, metadata={"help": "ctranslate2 only: threads per batch (0: all cores)."})
+    threads: int = field(default=0, metadata={
+        "help": "ctranslate2 only: CPU cores to use (0: all), one worker of one thread each; a batch is split among "
+                "them."})
 
 
 def _read_lines(path: str) -> list[str]:
@@ -150,7 +152,7 @@ def main(argv=None) -> list[str]:
 
             tokenizer = AutoTokenizer.from_pretrained(model_folder)
             model = CTranslate2Model.from_pretrained(model_folder, compute_type=args.compute_type,
-                                                     intra_threads=args.threads)
+                                                     inter_threads=args.threads or None)
         else:
             tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.revision, **load_kwargs)
             model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.revision,

@@ -2,6 +2,7 @@
 scripts/translate.py --engine ctranslate2) on tiny random models: seconds each."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from conftest import TINY_SENTENCES, load_script
 import scratch_transformer  # noqa: F401  (registers the Auto classes)
 from scratch_transformer import ScratchTransformerConfig, ScratchTransformerForConditionalGeneration
 from scratch_transformer.ctranslate2_engine import (
+    DEFAULT_SEARCH_PATIENCE,
     ENGINE_FILE,
     CTranslate2Model,
     decoding_differences,
@@ -108,7 +110,25 @@ def test_beam_search_matches_generate_with_early_stopping(post_ln, tokenizer):
     options = dict(num_beams=4, length_penalty=1.2, no_repeat_ngram_size=2)
     ours = translate(model, tokenizer, SOURCES, batch_size=5, early_stopping=True, renormalize_logits=True,
                      **options)
-    assert translate(engine, tokenizer, SOURCES, batch_size=5, **options) == ours
+    assert translate(engine, tokenizer, SOURCES, batch_size=5, early_stopping=True, **options) == ours
+
+
+def test_batches_are_split_among_single_thread_workers(post_ln, tokenizer):
+    """One worker of one thread per core by default, each taking an even share of a batch; the split changes
+    no translation, and patience follows early_stopping (2 for generate()'s default search, 1 for True)."""
+    model, _, ct2_folder = post_ln
+    two = CTranslate2Model.from_pretrained(ct2_folder, inter_threads=2)
+    one = CTranslate2Model.from_pretrained(ct2_folder, inter_threads=1, intra_threads=2)
+    assert (two.worker_batch_size(5), two.worker_batch_size(1), one.worker_batch_size(5)) == (3, 1, 0)
+    assert CTranslate2Model.from_pretrained(ct2_folder).inter_threads == len(os.sched_getaffinity(0))
+    for options in (dict(num_beams=1), dict(num_beams=4, length_penalty=1.2)):
+        assert translate(two, tokenizer, SOURCES, batch_size=5, **options) == \
+            translate(one, tokenizer, SOURCES, batch_size=5, **options)
+    assert two.translate_options(num_beams=4)["patience"] == DEFAULT_SEARCH_PATIENCE == 2.0
+    assert two.translate_options(num_beams=4, early_stopping=True)["patience"] == 1.0
+    assert two.translate_options(num_beams=1)["patience"] == 1.0
+    with pytest.raises(ValueError, match="inter_threads must be >= 1"):
+        CTranslate2Model.from_pretrained(ct2_folder, inter_threads=0)
 
 
 def test_export_copies_tokenizer_and_generation_defaults(tmp_path, tokenizer):
@@ -121,7 +141,7 @@ def test_export_copies_tokenizer_and_generation_defaults(tmp_path, tokenizer):
         assert (folder / name).is_file(), name
     record = json.loads((folder / ENGINE_FILE).read_text())
     assert record["quantization"] == "int8"
-    assert record["decoding_differences"] == ["early_stopping=False (CTranslate2 stops as True)",
+    assert record["decoding_differences"] == ["early_stopping=False (CTranslate2 approximates it with patience 2)",
                                               "renormalize_logits=False with token blocking (CTranslate2 "
                                               "renormalises as True)"]
     engine = CTranslate2Model.from_pretrained(str(folder))

@@ -315,7 +315,7 @@ class CTranslate2Model:
             them (test_2016_flickr, beam 4, int8, 2 AMD EPYC cores, 2026-12-02: 299.5 sentences/s against
             125.5 for one worker of 2 threads; BENCHMARKS.md); elsewhere one worker.
     Raises:
-        ValueError: a folder that export_ctranslate2 did not write.
+        ValueError: a folder that export_ctranslate2 did not write; inter_threads < 1 or intra_threads < 0.
     """
 
     def __init__(self, translator, record: dict, generation_config, vocabulary: list[str], inter_threads: int = 1):

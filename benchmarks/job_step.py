@@ -29,7 +29,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.quality import CONFIG, REPO_ROOT, git_commit, machine, marian_config_values, write_marian_config
+from benchmarks.quality import (
+    CONFIG,
+    REPO_ROOT,
+    git_commit,
+    machine,
+    marian_config_values,
+    refuse_benchmark_flags,
+    write_marian_config,
+)
 
 SIDES = ("ours", "marian")
 
@@ -46,16 +54,15 @@ def parse_args(argv=None):
     args, passthrough = p.parse_known_args(argv)
     if args.steps < 1 or args.warmup < 0:
         p.error("--steps must be at least 1 and --warmup at least 0")
-    for flag in ("--output_dir", "--config_name", "--model_name_or_path"):
-        if any(item == flag or item.startswith(flag + "=") for item in passthrough):
-            p.error(f"{flag} is set by the benchmark for each model; it cannot be passed through")
+    refuse_benchmark_flags(p, passthrough)
     args.passthrough = passthrough
     return args
 
 
 def build_side(side: str, args, folder: Path):
     """(trainer, prepared model) for one side, built as the main job builds it."""
-    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    if str(REPO_ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT / "scripts"))
     import train_translation
 
     from scratch_transformer import translation

@@ -66,14 +66,19 @@ def parse_args(argv=None):
                         "dropout 0.1; default) or ours' (from the config's or the passed --config_overrides)")
     p.add_argument("--output_json", default=None, help="default: <output_dir>/quality.json")
     args, passthrough = p.parse_known_args(argv)
-    for flag in ("--output_dir", "--config_name", "--model_name_or_path"):
-        if any(item == flag or item.startswith(flag + "=") for item in passthrough):
-            p.error(f"{flag} is set by the benchmark for each run; it cannot be passed through")
+    refuse_benchmark_flags(p, passthrough)
     if args.max_train_minutes is not None and args.max_train_minutes <= 0:
         p.error("--max_train_minutes must be positive")
     args.passthrough = passthrough
     args.output_json = args.output_json or os.path.join(args.output_dir, "quality.json")
     return args
+
+
+def refuse_benchmark_flags(parser: argparse.ArgumentParser, passthrough: list[str]) -> None:
+    """Exit with a parser error if the flags for the job name one the benchmark sets for each run itself."""
+    for flag in ("--output_dir", "--config_name", "--model_name_or_path"):
+        if any(item == flag or item.startswith(flag + "=") for item in passthrough):
+            parser.error(f"{flag} is set by the benchmark for each run; it cannot be passed through")
 
 
 def _flag_value(flags: list[str], name: str) -> str | None:

@@ -348,8 +348,14 @@ class CTranslate2Model:
         if inter_threads < 1 or intra_threads < 0:
             raise ValueError(f"inter_threads must be >= 1 and intra_threads >= 0, got {inter_threads} and "
                              f"{intra_threads}")
-        translator = ctranslate2.Translator(folder, device=device, compute_type=compute_type,
-                                            inter_threads=inter_threads, intra_threads=intra_threads)
+        # The Translator sets the OpenMP thread count of the calling thread to intra_threads, which is torch's too:
+        # torch would run on one thread after it. Its workers keep their own count; the caller gets torch's back.
+        torch_threads = torch.get_num_threads()
+        try:
+            translator = ctranslate2.Translator(folder, device=device, compute_type=compute_type,
+                                                inter_threads=inter_threads, intra_threads=intra_threads)
+        finally:
+            torch.set_num_threads(torch_threads)
         return cls(translator, record, GenerationConfig.from_pretrained(folder), vocabulary, inter_threads)
 
     def eval(self) -> CTranslate2Model:

@@ -117,7 +117,9 @@ def test_batches_are_split_among_single_thread_workers(post_ln, tokenizer):
     """One worker of one thread per core by default, each taking an even share of a batch; the split changes
     no translation, and patience follows early_stopping (2 for generate()'s default search, 1 for True)."""
     model, _, ct2_folder = post_ln
+    threads = torch.get_num_threads()
     two = CTranslate2Model.from_pretrained(ct2_folder, inter_threads=2)
+    assert torch.get_num_threads() == threads  # the Translator's one-thread workers leave torch's count alone
     one = CTranslate2Model.from_pretrained(ct2_folder, inter_threads=1, intra_threads=2)
     assert (two.worker_batch_size(5), two.worker_batch_size(1), one.worker_batch_size(5)) == (3, 1, 0)
     assert CTranslate2Model.from_pretrained(ct2_folder).inter_threads == len(os.sched_getaffinity(0))

@@ -35,6 +35,18 @@ def load_script(name: str):
     return module
 
 
+@pytest.fixture(scope="module", autouse=True)
+def torch_threads_restored():
+    """Give torch its thread count back after each test module: a module that sets 1 thread for bit-identical
+    reductions (test_batching) once left it at 1 for every later module, and a seeded training test there learnt
+    less than on the machine's cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 TINY_SENTENCES = ["Ein Hund läuft über die Wiese.", "A dog runs across the meadow.", "Zwei Männer spielen Fußball.",
                   "Two men are playing football.", "Eine Frau sitzt auf einer Bank.", "A woman sits on a bench."]
 

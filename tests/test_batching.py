@@ -385,7 +385,7 @@ def assert_same_training(run, reference, steps, rel=1e-5):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """16 steps of token batches (1.8 epochs of 9 batches), checkpoints every 5."""
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # for this module's runs: conftest's torch_threads_restored gives the count back after it
     out = tmp_path_factory.mktemp("token_batches") / "uninterrupted"
     train_translation.main(flags(out))
     return out

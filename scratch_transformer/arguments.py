@@ -104,6 +104,16 @@ class DataTrainingArguments:
         default=None, metadata={"help": "Final test and saved generation config: never repeat an n-gram of this size "
                                         "within a translation, 0 = off (default: the fine-tuned model's generation "
                                         "config, else 0)."})
+    early_stopping: bool | None = field(
+        default=None, metadata={"help": "Final test and saved generation config: end a beam search once num_beams "
+                                        "translations are finished (the paper's 'terminate early when possible', "
+                                        "6.1; the search CTranslate2 runs), not while a running beam could still "
+                                        "win (default: the fine-tuned model's generation config, else False, "
+                                        "generate()'s default)."})
+    renormalize_logits: bool | None = field(
+        default=None, metadata={"help": "Final test and saved generation config: renormalise the log-probabilities "
+                                        "after blocked tokens (no_repeat_ngram_size) are removed, as CTranslate2 "
+                                        "does (default: the fine-tuned model's generation config, else False)."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
 
     def __post_init__(self):

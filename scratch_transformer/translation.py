@@ -188,14 +188,15 @@ def _build_model(model_args, tokenizer):
                                              trust_remote_code=model_args.trust_remote_code)
 
 
-DECODING_DEFAULTS = {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 0}
+DECODING_DEFAULTS = {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "early_stopping": False,
+                     "renormalize_logits": False}
 
 
 def _resolve_decoding(model_args, data_args, model) -> dict:
     """The final test's decoding, which is also the saved generation config's: each of num_beams,
-    length_penalty and no_repeat_ngram_size from its flag, else (fine-tuning) from the loaded model's
-    generation config, else DECODING_DEFAULTS; so that what is tested is what users get. Greedy search
-    (num_beams 1) drops an inherited length penalty.
+    length_penalty, no_repeat_ngram_size, early_stopping and renormalize_logits from its flag, else
+    (fine-tuning) from the loaded model's generation config, else DECODING_DEFAULTS; so that what is tested
+    is what users get. Greedy search (num_beams 1) drops an inherited length penalty and early stopping.
 
     Raises:
         ValueError: naming the flags, for a combination that generate() refuses (e.g. a length penalty
@@ -208,6 +209,8 @@ def _resolve_decoding(model_args, data_args, model) -> dict:
         decoding[name] = given if given is not None else inherited if inherited is not None else default
     if decoding["num_beams"] == 1 and data_args.length_penalty is None:
         decoding["length_penalty"] = 1.0  # an inherited penalty means nothing to greedy search (and HF refuses it)
+    if decoding["num_beams"] == 1 and data_args.early_stopping is None:
+        decoding["early_stopping"] = False  # likewise
     try:
         GenerationConfig(max_length=data_args.max_target_length, **decoding).validate(strict=True)
     except ValueError as error:
@@ -215,7 +218,8 @@ def _resolve_decoding(model_args, data_args, model) -> dict:
         sources = "the flags" + (f" and {model_args.model_name_or_path}'s generation_config.json"
                                  if model_args.model_name_or_path else "")
         raise ValueError(f"--num_beams {decoding['num_beams']} --length_penalty {decoding['length_penalty']:g} "
-                         f"--no_repeat_ngram_size {decoding['no_repeat_ngram_size']} (from {sources}) do not make a "
+                         f"--no_repeat_ngram_size {decoding['no_repeat_ngram_size']} --early_stopping "
+                         f"{decoding['early_stopping']} (from {sources}) do not make a "
                          f"valid generation config: {' '.join(reasons)}") from None
     return decoding
 
@@ -325,7 +329,10 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
         "bleu_signature": results["bleu_signature"], "num_beams": decoding["num_beams"],
         "decoding": ", ".join([f"beam {decoding['num_beams']}", f"length penalty {decoding['length_penalty']:g}"]
                               + ([f"no repeated {decoding['no_repeat_ngram_size']}-gram"]
-                                 if decoding["no_repeat_ngram_size"] else [])),
+                                 if decoding["no_repeat_ngram_size"] else [])
+                              + ([f"ending once {decoding['num_beams']} translations are finished"]
+                                 if decoding["early_stopping"] is True and decoding["num_beams"] > 1 else [])
+                              + (["renormalised after blocking"] if decoding["renormalize_logits"] else [])),
         **_architecture_values(config), "num_parameters": f"{count_parameters(model):,}",
         "architecture": type(model).__name__, "custom_code": bool(getattr(model, "_auto_class", None)),
         "vocab_size": len(tokenizer), "example_source": examples[0]["source"].replace('"', "'"),
@@ -498,6 +505,8 @@ def build_tokenizer_and_model(model_args, data_args, training_args, raw, resume_
     decoding = _resolve_decoding(model_args, data_args, model)
     model.generation_config.update(num_beams=decoding["num_beams"], max_length=data_args.max_target_length,
                                    length_penalty=decoding["length_penalty"], no_repeat_ngram_size=0,
+                                   early_stopping=decoding["early_stopping"],
+                                   renormalize_logits=decoding["renormalize_logits"],
                                    decoder_start_token_id=model.config.decoder_start_token_id,
                                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                    bos_token_id=tokenizer.bos_token_id)

@@ -24,10 +24,15 @@ def multi30k_run(tmp_path_factory):
         test_split="test_2016_flickr,test_2017_mscoco",
         max_train_samples=1500, max_eval_samples=40, max_predict_samples=40, config_overrides=TINY,
         vocab_size=1000, max_steps=60, warmup_steps=20, learning_rate=3e-3, eval_strategy="steps", eval_steps=30,
-        num_beams=2, length_penalty=1.2, no_repeat_ngram_size=2, bf16=True, use_cpu=True,
+        num_beams=2, length_penalty=1.2, no_repeat_ngram_size=2, early_stopping=True, renormalize_logits=True,
+        bf16=True, use_cpu=True,
     )
     results = train_translation.main(argv)
     return output_dir, results
+
+
+DECODING = ("beam 2, length penalty 1.2, no repeated 2-gram, ending once 2 translations are finished, "
+            "renormalised after blocking")
 
 
 def test_end_to_end_run_writes_every_output(multi30k_run):
@@ -85,7 +90,7 @@ def test_model_card_metadata_matches_results(multi30k_run):
             if r.metric_type == "bleu" and r.dataset_split == "test_2016_flickr"]
     assert bleu == [all_results["test_bleu"]]
     assert f"| {all_results['test_bleu']} |" in text
-    assert "| beam 2, length penalty 1.2, no repeated 2-gram |" in text  # the test's decoding, as run
+    assert f"| {DECODING} |" in text  # the test's decoding, as run
     assert "schedule: inverse_sqrt over the steps" in text and "SchedulerType" not in text  # the default (Noam)
 
 
@@ -197,7 +202,8 @@ def test_negative_no_repeat_ngram_size_is_rejected(tmp_path):
 
 def test_fine_tune_tests_and_ships_the_inherited_decoding(multi30k_run, tmp_path):
     """No decoding flags: the fine-tune's test decodes with the checkpoint's beam 2, length penalty 1.2 and
-    no repeated 2-gram, and saves them; translating the saved folder gives generated_predictions.txt."""
+    no repeated 2-gram, early stopping and renormalisation, and saves them; translating the saved folder gives
+    generated_predictions.txt."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from scratch_transformer.data import load_translation_dataset
@@ -212,8 +218,9 @@ def test_fine_tune_tests_and_ships_the_inherited_decoding(multi30k_run, tmp_path
     train_translation.main(argv)
     generation = json.loads((tuned / "generation_config.json").read_text())
     assert (generation["num_beams"], generation["length_penalty"], generation["no_repeat_ngram_size"]) == (2, 1.2, 2)
+    assert (generation["early_stopping"], generation["renormalize_logits"]) == (True, True)
     assert json.loads((tuned / "all_results.json").read_text())["test_num_beams"] == 2
-    assert "| beam 2, length penalty 1.2, no repeated 2-gram |" in (tuned / "README.md").read_text()
+    assert f"| {DECODING} |" in (tuned / "README.md").read_text()
     model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(tuned), AutoTokenizer.from_pretrained(tuned)
     test = load_translation_dataset(MULTI30K, "de", "en", splits=["test_2016_flickr"],
                                     max_samples={"test_2016_flickr": 64})["test_2016_flickr"]
@@ -271,6 +278,7 @@ def test_evaluation_into_a_new_folder_writes_results_but_no_card(multi30k_run, t
 
 @pytest.mark.parametrize("extra, message", [
     ({"num_beams": 1, "length_penalty": 1.2}, r"--num_beams 1 --length_penalty 1.2 .*only used in beam-based"),
+    ({"num_beams": 1, "early_stopping": True}, r"--num_beams 1 .* --early_stopping True .*only used in beam-based"),
     ({"max_target_length": 0}, "max_target_length must be >= 1 token, got 0"),
     ({"max_source_length": -3}, "max_source_length must be >= 1 token, got -3"),
     ({"learning_rate": -1}, "learning_rate must be a finite number > 0, got -1"),

@@ -8,9 +8,10 @@ Run from the repository root:
 
 Translates the validation split (default: the main job's config, ../shared/data/multi30k/raw, split val) with
 every combination of --num_beams x --length_penalty x --early_stopping x --renormalize_logits (the last two
-and no_repeat_ngram_size as the model's generation config has them unless given), scores each with sacreBLEU, prints a Markdown table with the best pair marked
-and the model's own generation defaults named, and writes it to <model>/decoding_val.json (or --output_json).
-Choose on val, then report test with the chosen pair: test sets are never read here.
+and no_repeat_ngram_size as the model's generation config has them unless given), scores each with sacreBLEU,
+prints a Markdown table with the best row marked and the model's own generation defaults named, and writes it to
+<model>/decoding_val.json (or --output_json). Choose on val, then report test with the chosen settings: test sets
+are never read here.
 """
 
 from __future__ import annotations

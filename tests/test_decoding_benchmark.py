@@ -1,4 +1,5 @@
-"""benchmarks/decoding.py: each (beams, length penalty, stopping rule) row is the sacreBLEU of translate() with those settings."""
+"""benchmarks/decoding.py: each (beams, length penalty, stopping rule) row is the sacreBLEU of translate() with those
+settings."""
 
 import json
 

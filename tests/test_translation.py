@@ -468,6 +468,25 @@ def test_the_shipped_config_parses_with_a_half_budget(tmp_path):
     assert training_args.precision in ("bf16", "fp32") and training_args.precision_reason
 
 
+def test_the_shipped_decoding_is_the_search_ctranslate2_runs(tmp_path):
+    """The main job's saved decoding: beam 4 that ends once 4 translations are finished and renormalises after
+    the n-gram block, so that a CTranslate2 conversion has no decoding difference to log."""
+    from conftest import REPO_ROOT
+    from transformers import GenerationConfig
+
+    from scratch_transformer.ctranslate2_engine import decoding_differences
+
+    _, data_args, _ = train_translation.parse_args(
+        [str(REPO_ROOT / "configs" / "multi30k_de_en.json"), "--output_dir", str(tmp_path / "x")])
+    assert (data_args.num_beams, data_args.early_stopping, data_args.renormalize_logits) == (4, True, True)
+    shipped = GenerationConfig(num_beams=data_args.num_beams, length_penalty=data_args.length_penalty,
+                               no_repeat_ngram_size=data_args.no_repeat_ngram_size,
+                               early_stopping=data_args.early_stopping,
+                               renormalize_logits=data_args.renormalize_logits)
+    assert decoding_differences(shipped) == []
+    assert decoding_differences(GenerationConfig(num_beams=4, no_repeat_ngram_size=3)) != []
+
+
 def test_a_missing_multi30k_folder_says_where_to_get_it(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(FileNotFoundError, match=r"does not exist.*github.com/multi30k/dataset.*bentrevett/multi30k"):

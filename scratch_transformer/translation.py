@@ -207,10 +207,10 @@ def _resolve_decoding(model_args, data_args, model) -> dict:
         given = getattr(data_args, name)
         inherited = getattr(model.generation_config, name, None) if model_args.model_name_or_path else None
         decoding[name] = given if given is not None else inherited if inherited is not None else default
-    if decoding["num_beams"] == 1 and data_args.length_penalty is None:
-        decoding["length_penalty"] = 1.0  # an inherited penalty means nothing to greedy search (and HF refuses it)
-    if decoding["num_beams"] == 1 and data_args.early_stopping is None:
-        decoding["early_stopping"] = False  # likewise
+    if decoding["num_beams"] == 1:  # an inherited beam setting means nothing to greedy search (and HF refuses it)
+        for name in ("length_penalty", "early_stopping"):
+            if getattr(data_args, name) is None:
+                decoding[name] = DECODING_DEFAULTS[name]
     try:
         GenerationConfig(max_length=data_args.max_target_length, **decoding).validate(strict=True)
     except ValueError as error:

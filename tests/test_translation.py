@@ -468,6 +468,25 @@ def test_the_shipped_config_parses_with_a_half_budget(tmp_path):
     assert training_args.precision in ("bf16", "fp32") and training_args.precision_reason
 
 
+def test_greedy_drops_an_inherited_length_penalty_and_early_stopping_but_keeps_the_rest():
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    from scratch_transformer.translation import _resolve_decoding
+
+    model = SimpleNamespace(generation_config=GenerationConfig(num_beams=4, length_penalty=1.2, early_stopping=True,
+                                                               renormalize_logits=True, no_repeat_ngram_size=3))
+    flags = dict(num_beams=1, length_penalty=None, no_repeat_ngram_size=None, early_stopping=None,
+                 renormalize_logits=None, max_target_length=40)
+    decoding = _resolve_decoding(SimpleNamespace(model_name_or_path="ckpt"), SimpleNamespace(**flags), model)
+    assert decoding == {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 3, "early_stopping": False,
+                        "renormalize_logits": True}
+    beams = _resolve_decoding(SimpleNamespace(model_name_or_path="ckpt"), SimpleNamespace(**{**flags, "num_beams": 2}),
+                              model)
+    assert (beams["length_penalty"], beams["early_stopping"]) == (1.2, True)
+
+
 def test_the_shipped_decoding_is_the_search_ctranslate2_runs(tmp_path):
     """The main job's saved decoding: beam 4 that ends once 4 translations are finished and renormalises after
     the n-gram block, so that a CTranslate2 conversion has no decoding difference to log."""

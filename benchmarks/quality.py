@@ -193,13 +193,8 @@ def machine() -> dict:
     from benchmarks.report import cpu_model
     from scratch_transformer.training import native_bf16_cpu
 
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False, timeout=10).stdout
-        model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.SubprocessError, StopIteration):
-        model = cpu_model()
     native, evidence = native_bf16_cpu()
-    return {"cpu_model": model, "logical_cpus": os.cpu_count(), "native_bf16": native, "bf16_evidence": evidence}
+    return {"cpu_model": cpu_model(), "logical_cpus": os.cpu_count(), "native_bf16": native, "bf16_evidence": evidence}
 
 
 def git_commit() -> str:

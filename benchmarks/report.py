@@ -34,15 +34,29 @@ RATIO_KEYS = tuple(RATIO_SPEC)
 FLOP_KEYS = {"train": "train_per_step", "train_main_job": "train_per_step", "greedy": "greedy_per_call", "beam4": "beam4_per_call"}
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name with its family and model numbers, e.g. "AMD EPYC (family 25 model 17)".
+
+    The name alone does not tell CPU kinds apart (virtual machines report several AMD EPYC generations, with and
+    without native bf16, as "AMD EPYC"); the family and model numbers do. Read from /proc/cpuinfo (or `cpuinfo`,
+    its text); the processor's platform name where there is none.
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+                cpuinfo = fh.read()
+        except OSError:
+            cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor's block is enough
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip().lower(), value.strip())
+    name = fields.get("model name") or platform.processor() or "unknown"
+    if fields.get("cpu family") and fields.get("model"):
+        return f"{name} (family {fields['cpu family']} model {fields['model']})"
+    return name
 
 
 def _fmt_rate(fig: dict | None) -> str:

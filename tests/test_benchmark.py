@@ -209,3 +209,14 @@ def test_main_job_step_is_label_smoothed_in_the_main_jobs_precision():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == f"ok {choose_precision(on_cpu=True)[0]}"
+
+
+def test_cpu_model_names_the_family_and_model():
+    """Reports name the CPU kind: "AMD EPYC" covers kinds with and without native bf16; family/model tell them apart."""
+    from benchmarks.report import cpu_model
+
+    two_cpus = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n"
+                "\nprocessor\t: 1\ncpu family\t: 23\nmodel\t\t: 49\nmodel name\t: Other\n")
+    assert cpu_model(two_cpus) == "AMD EPYC (family 25 model 17)"  # the first processor's block
+    assert cpu_model("model name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n") == "Intel(R) Xeon(R) CPU @ 2.20GHz"
+    assert cpu_model().strip()  # this machine

@@ -34,7 +34,8 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
-from .kernels_scratch_transformer import (  # the same results as layer(x) and F.dropout, faster on CPU
+from .kernels_scratch_transformer import (  # the same results as layer(x), F.dropout, F.cross_entropy, faster on CPU
+    cross_entropy,
     dropout,
     dropout_values,
     linear,
@@ -497,12 +498,13 @@ def cross_entropy_loss(
 ) -> torch.Tensor:
     """Cross-entropy in nats per labelled token: logits (b, t, v), labels (b, t) with -100 = no loss.
 
-    The sum over labelled tokens (F.cross_entropy, ignore_index=-100), divided by `num_items_in_batch` when
+    The sum over labelled tokens (F.cross_entropy's, ignore_index=-100; on CPU computed by chunks of rows,
+    `kernels_scratch_transformer.cross_entropy`), divided by `num_items_in_batch` when
     given (Trainer: labelled tokens in the whole accumulated batch), else by this batch's labelled tokens;
     with no labelled token at all the loss is 0 with zero gradients, not NaN. Computed in float32 for
     bf16/fp16 logits. With `label_smoothing` eps (paper 5.4), the target is (1 - eps) on the label and eps
     spread evenly over all v ids: (1 - eps) * nll + eps * mean_v(-log p), the same loss as HF's LabelSmoother
-    (Trainer's label_smoothing_factor), in one fused kernel instead of several passes over (b, t, v) tensors.
+    (Trainer's label_smoothing_factor), in one kernel instead of several passes over (b, t, v) tensors.
     Raises ValueError when labels do not have the logits' leading shape, hold ids outside [0, v) other than
     -100, or label_smoothing is outside [0, 1).
     """
@@ -520,11 +522,7 @@ def cross_entropy_loss(
             f"labels must be in [0, vocab_size={vocab_size}) or -100, got range "
             f"[{int(labels[labelled].min())}, {int(labels[labelled].max())}]"
         )
-    flat_logits = logits.reshape(-1, vocab_size)  # (b, t, v) -> (b * t, v)
-    if flat_logits.dtype in (torch.float16, torch.bfloat16):
-        flat_logits = flat_logits.float()
-    total = F.cross_entropy(flat_logits, labels.reshape(-1).long(), ignore_index=-100, reduction="sum",
-                            label_smoothing=label_smoothing)
+    total = cross_entropy(logits.reshape(-1, vocab_size), labels.reshape(-1).long(), label_smoothing)  # (b * t, v)
     count = labelled.sum() if num_items_in_batch is None else num_items_in_batch  # Trainer may pass 0: no label
     return total / (count.clamp(min=1) if isinstance(count, torch.Tensor) else max(count, 1))
 

@@ -257,3 +257,70 @@ def test_dropout_is_the_module_outside_cpu_training():
     inplace = nn.Dropout(0.5, inplace=True).train()
     y = x.clone()
     assert dropout(inplace, y) is y
+
+
+# -------- cross-entropy with label smoothing (paper 5.4)
+
+
+def reference_cross_entropy(logits, labels, eps):
+    return nn.functional.cross_entropy(logits.float(), labels, ignore_index=-100, reduction="sum", label_smoothing=eps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_cross_entropy_matches_torch_in_value_and_gradient_across_chunks(monkeypatch, dtype, eps):
+    from scratch_transformer.kernels_scratch_transformer import cross_entropy
+
+    monkeypatch.setattr(kernels, "CROSS_ENTROPY_CHUNK_ROWS", 7)  # 45 rows: 6 whole chunks and one of 3
+    torch.manual_seed(0)
+    raw = (torch.randn(45, 53) * 3).to(dtype)
+    labels = torch.randint(0, 53, (45,))
+    labels[[0, 8, 9, 44]] = -100
+    labels[14:21] = -100  # a whole chunk without loss
+    ours_in, torch_in = raw.clone().requires_grad_(), raw.clone().requires_grad_()
+    ours, expected = cross_entropy(ours_in, labels, eps), reference_cross_entropy(torch_in, labels, eps)
+    assert ours.dtype == torch.float32 and ours.shape == ()
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-4)
+    upstream = torch.tensor(0.37)  # backward's scalar reaches every logit
+    ours.backward(upstream)
+    expected.backward(upstream)
+    assert ours_in.grad.dtype == dtype
+    tolerance = dict(rtol=0, atol=1e-6) if dtype == torch.float32 else dict(rtol=0.02, atol=2e-3)
+    torch.testing.assert_close(ours_in.grad, torch_in.grad, **tolerance)
+    assert torch.equal(ours_in.grad[labels == -100], torch.zeros(11, 53, dtype=dtype))
+    assert torch.equal(ours_in.detach(), raw)  # the chunks are copies: the logits are left as they were
+    row_sums = ours_in.grad.float().sum(dim=-1).abs()  # softmax minus a distribution sums to 0 (bf16: rounded)
+    assert (row_sums < (1e-5 if dtype == torch.float32 else 1e-2)).all()
+
+
+def test_cross_entropy_edge_cases():
+    from scratch_transformer.kernels_scratch_transformer import cross_entropy
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 9, requires_grad=True)
+    nothing = torch.full((6,), -100)
+    loss = cross_entropy(logits, nothing, 0.1)
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))  # not NaN
+    # an inf / NaN in a row without loss leaves the loss and every gradient finite
+    labels = torch.randint(0, 9, (6,))
+    labels[2] = -100
+    dirty = logits.detach().clone()
+    dirty[2, 0], dirty[2, 1] = float("nan"), float("inf")
+    dirty.requires_grad_()
+    clean = logits.detach().clone().requires_grad_()
+    torch.testing.assert_close(cross_entropy(dirty, labels, 0.1), cross_entropy(clean, labels, 0.1))
+    cross_entropy(dirty, labels, 0.1).backward()
+    assert torch.isfinite(dirty.grad).all() and torch.equal(dirty.grad[2], torch.zeros(9))
+    # without grad (evaluation) the value is the same and no gradient is made
+    with torch.no_grad():
+        torch.testing.assert_close(cross_entropy(clean, labels, 0.1), reference_cross_entropy(clean, labels, 0.1))
+    # a second-order gradient is refused, not silently wrong
+    first = torch.autograd.grad(cross_entropy(clean, labels, 0.1), clean, create_graph=True)[0]
+    with pytest.raises(RuntimeError, match="once_differentiable|twice|does not require grad"):
+        first.sum().backward()
+    # under a torch.func transform the kernel steps aside for torch's own op
+    grad_fn = torch.func.grad(lambda x: cross_entropy(x, labels, 0.1))
+    torch.testing.assert_close(grad_fn(clean.detach()),
+                               torch.autograd.grad(reference_cross_entropy(clean, labels, 0.1), clean)[0])
+    assert not kernels._chunked_cross_entropy_applies(torch.randn(0, 9))

@@ -211,7 +211,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     @torch.autograd.function.once_differentiable  # the saved gradient is not itself differentiable: refuse 2nd order
     def backward(ctx, grad_total: torch.Tensor):
         (grad,) = ctx.saved_tensors
-        return grad * grad_total.to(grad.dtype), None, None, None, None
+        return grad * grad_total, None, None, None, None  # a 0-dim float32 factor: bf16 grad, scale not rounded
 
 
 def _chunked_cross_entropy_applies(logits: torch.Tensor) -> bool:

@@ -324,3 +324,8 @@ def test_cross_entropy_edge_cases():
     torch.testing.assert_close(grad_fn(clean.detach()),
                                torch.autograd.grad(reference_cross_entropy(clean, labels, 0.1), clean)[0])
     assert not kernels._chunked_cross_entropy_applies(torch.randn(0, 9))
+    # backward's scalar (1 / tokens under Trainer) scales the bf16 gradient without being rounded to bf16 itself
+    half = logits.detach().to(torch.bfloat16).requires_grad_()
+    unit = torch.autograd.grad(cross_entropy(half, labels, 0.1), half)[0]
+    scaled = torch.autograd.grad(cross_entropy(half, labels, 0.1) / 1408, half)[0]
+    assert torch.equal(scaled, (unit.float() / 1408).to(torch.bfloat16))

@@ -53,6 +53,12 @@ class ModelArguments:
         metadata={"help": "Average the weights of the last N checkpoints (paper 6.1) and keep the average if its "
                           "validation BLEU is at least the last checkpoint's. 0 or 1: off."},
     )
+    ema_decay: float = field(
+        default=0.0,
+        metadata={"help": "Keep an exponential moving average of the weights with this per-step decay (e.g. 0.999; "
+                          "saved in every checkpoint) and keep it at the end if its validation BLEU is the highest "
+                          "of the last checkpoint, the average and it. 0: off."},
+    )
     card_template: str | None = field(default=None, metadata={"help": "Model card template (default hub_card.md)."})
 
     def __post_init__(self):
@@ -65,6 +71,8 @@ class ModelArguments:
         if self.average_last_checkpoints < 0:
             raise ValueError(f"average_last_checkpoints must be >= 0 (0 or 1: off), got "
                              f"{self.average_last_checkpoints}")
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay must be in [0, 1) (0: off; e.g. 0.999), got {self.ema_decay}")
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', got {self.attn_implementation!r}")
 

@@ -1,6 +1,6 @@
 """Training pieces around HF's Trainer: the paper's learning-rate peak (eq. 3), the precision that suits the
-hardware, a training-time budget with a schedule laid out on it, the training-curve plot, parameter counting
-and atomic JSON writes."""
+hardware, a training-time budget with a schedule laid out on it, a moving average of the weights, the
+training-curve plot, parameter counting and atomic JSON writes."""
 
 import json
 import logging
@@ -143,6 +143,81 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+EMA_WEIGHTS_NAME = "ema.safetensors"  # in each checkpoint-N folder, beside model.safetensors
+
+
+class ExponentialMovingAverageCallback(TrainerCallback):
+    """An exponential moving average of the trainable weights, updated after every optimizer step (Polyak
+    averaging; the continuous cousin of the paper's checkpoint averaging, 6.1).
+
+    After step t: ema <- d_t * ema + (1 - d_t) * weights, with d_t = min(decay, (1 + t) / (10 + t)) (the
+    warm-up of TensorFlow's ExponentialMovingAverage(num_updates)), so the first steps' random weights fade
+    quickly. The average is kept in float32 on the weights' device (one more copy of the parameters) and saved
+    in every checkpoint as `ema.safetensors`; a resumed run continues it from there (from the resumed weights,
+    with a warning, when the checkpoint has none). The model keeps training on its own weights: `load_into`
+    puts the average into a model at the end.
+
+    Args:
+        decay: the per-step decay in (0, 1), e.g. 0.999 (an average over about 1 / (1 - decay) steps).
+        resume_from: the checkpoint folder the run resumes from, or None.
+    Raises:
+        ValueError: decay outside (0, 1).
+    """
+
+    def __init__(self, decay: float, resume_from: str | None = None):
+        if not 0 < decay < 1:
+            raise ValueError(f"ema_decay must be in (0, 1) (e.g. 0.999), got {decay}")
+        self.decay, self.resume_from = decay, resume_from
+        self.shadow: dict[str, torch.Tensor] | None = None
+
+    @staticmethod
+    def _trainable(model) -> dict[str, torch.nn.Parameter]:
+        return {name: p for name, p in model.named_parameters() if p.requires_grad}  # tied weights once
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        params = self._trainable(model)
+        saved = os.path.join(self.resume_from, EMA_WEIGHTS_NAME) if self.resume_from else None
+        if saved and os.path.isfile(saved):
+            from safetensors.torch import load_file
+
+            loaded = load_file(saved)
+            if loaded.keys() != params.keys() or any(loaded[k].shape != p.shape for k, p in params.items()):
+                raise ValueError(f"{saved} does not hold the model's trainable weights (different names or shapes)")
+            self.shadow = {k: loaded[k].to(device=p.device, dtype=torch.float32) for k, p in params.items()}
+            logger.info("resuming the moving average of the weights from %s", saved)
+            return
+        if saved:
+            logger.warning("%s has no %s: the moving average of the weights restarts from the resumed weights",
+                           self.resume_from, EMA_WEIGHTS_NAME)
+        self.shadow = {k: p.detach().to(torch.float32, copy=True) for k, p in params.items()}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        decay = min(self.decay, (1 + step) / (10 + step))
+        names = list(self.shadow)
+        params = self._trainable(model)
+        torch._foreach_lerp_([self.shadow[k] for k in names], [params[k].detach().float() for k in names],
+                             1.0 - decay)
+
+    def on_save(self, args, state, control, **kwargs):
+        if not args.should_save or self.shadow is None:
+            return
+        from safetensors.torch import save_file
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        if os.path.isdir(folder):  # written whole or not at all: a resume never reads half an average
+            tmp = os.path.join(folder, EMA_WEIGHTS_NAME + ".tmp")
+            save_file({k: v.contiguous().cpu() for k, v in self.shadow.items()}, tmp)
+            os.replace(tmp, os.path.join(folder, EMA_WEIGHTS_NAME))
+
+    def load_into(self, model) -> None:
+        """Copy the average into `model`'s trainable weights (in their dtype); buffers are left as they are."""
+        with torch.no_grad():
+            for name, param in self._trainable(model).items():
+                param.copy_(self.shadow[name])
 
 
 BUDGET_SCHEDULE_RESOLUTION = 1_000_000  # virtual steps over the budget: the schedule's shape at 1e-6 resolution

@@ -58,6 +58,7 @@ from .paths import (
 from .tokenization import tokenizer_special_ids, train_tokenizer_on_dataset
 from .trainer import TranslationTrainer
 from .training import (
+    ExponentialMovingAverageCallback,
     WallClockBudgetCallback,
     count_parameters,
     noam_peak_learning_rate,
@@ -343,8 +344,7 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
             f"label smoothing {training_args.label_smoothing_factor}; "
             f"{results.get('train_minutes', 0):.1f} minutes of training in {training_args.precision} "
             f"({getattr(training_args, 'precision_reason', '')}). "
-            + (f"Weights: the average of the last {results['averaged_checkpoints']} checkpoints (paper 6.1)."
-               if results.get("averaged_checkpoints") else "Weights: the last checkpoint.")
+            + _weights_summary(results)
         ),
     }
     card = render_model_card(card_values, model_args.card_template)
@@ -378,13 +378,15 @@ def _run_steps(model_args, data_args, training_args) -> dict:
     raw = load_data(data_args, training_args)
     tokenizer, model, decoding = build_tokenizer_and_model(model_args, data_args, training_args, raw, resume_from)
     budget = WallClockBudgetCallback(training_args.max_train_minutes) if training_args.max_train_minutes else None
-    trainer, tokenized = build_trainer(model, tokenizer, raw, data_args, training_args, decoding, budget)
+    ema = moving_average_callback(model_args, training_args, resume_from)
+    trainer, tokenized = build_trainer(model, tokenizer, raw, data_args, training_args, decoding, budget,
+                                       extra_callbacks=[ema] if ema else None)
 
     label = _dataset_label(data_args)
     results = {"dataset_name": label, "dataset_id": label}
     if training_args.do_train:
         results.update(train(trainer, tokenized[data_args.train_split], resume_from, budget))
-        results.update(average(trainer, model_args.average_last_checkpoints))
+        results.update(average(trainer, model_args.average_last_checkpoints, ema))
     if training_args.do_eval:
         results.update(validate(trainer))
     results.update(finalise_decoding(trainer, decoding))
@@ -392,6 +394,15 @@ def _run_steps(model_args, data_args, training_args) -> dict:
         results.update(test(trainer, tokenized, raw, tokenizer, data_args, decoding))
     results.update(write_outputs(trainer, results, model_args, data_args, decoding, training_args.push_to_hub))
     return results
+
+
+def _weights_summary(results) -> str:
+    """Which weights the model card's model holds, e.g. 'Weights: the last checkpoint.'"""
+    if results.get("kept_weights") == "ema":
+        return f"Weights: the exponential moving average of the weights (decay {results['ema_decay']:g} per step)."
+    if results.get("averaged_checkpoints"):
+        return f"Weights: the average of the last {results['averaged_checkpoints']} checkpoints (paper 6.1)."
+    return "Weights: the last checkpoint."
 
 
 def _schedule_summary(args) -> str:
@@ -529,7 +540,18 @@ def _trainer_arguments(training_args, model, data_args):
     return args
 
 
-def build_trainer(model, tokenizer, raw, data_args, training_args, decoding, budget, tokenized=None):
+def moving_average_callback(model_args, training_args, resume_from) -> ExponentialMovingAverageCallback | None:
+    """The moving average of the weights that --ema_decay asks for (training runs only), or None."""
+    if not model_args.ema_decay or not training_args.do_train:
+        return None
+    if training_args.fsdp:
+        logger.warning("--ema_decay is ignored under FSDP (the model's weights are sharded)")
+        return None
+    return ExponentialMovingAverageCallback(model_args.ema_decay, resume_from)
+
+
+def build_trainer(model, tokenizer, raw, data_args, training_args, decoding, budget, tokenized=None,
+                  extra_callbacks=None):
     """Step 2b: tokenised splits (`_tokenize`, unless given) and the Trainer; returns (trainer, tokenized splits)."""
     if tokenized is None:
         tokenized = _tokenize(raw, tokenizer, data_args, training_args)
@@ -538,7 +560,7 @@ def build_trainer(model, tokenizer, raw, data_args, training_args, decoding, bud
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         train_dataset=tokenized.get(data_args.train_split) if training_args.do_train else None,
         eval_dataset=tokenized.get(data_args.validation_split), compute_metrics=make_compute_metrics(tokenizer),
-        callbacks=[budget] if budget else [],
+        callbacks=([budget] if budget else []) + list(extra_callbacks or []),
     )
     return trainer, tokenized
 
@@ -560,35 +582,54 @@ def train(trainer, train_dataset, resume_from, budget) -> dict:
             "train_minutes": budget.training_seconds / 60 if budget else wall / 60}
 
 
-def average(trainer, last_n: int) -> dict:
-    """Step 4: checkpoint averaging (paper 6.1), kept only if it does not lower validation BLEU.
+def average(trainer, last_n: int, ema: ExponentialMovingAverageCallback | None = None) -> dict:
+    """Step 4: weight averaging. The last checkpoint, the mean of the last `last_n` checkpoints (paper 6.1) and,
+    with --ema_decay, the moving average of the weights are scored on the validation set (greedy BLEU); the
+    best is kept; on a tie the average, then the last checkpoint (the average is kept if its BLEU is at least
+    the last's, as without the moving average).
 
     Every process takes the same decision: they list the checkpoints once the main process has finished
     rotating them, and evaluate() gathers the predictions, so that all compute the same BLEU.
+    Returns {"averaged_checkpoints": N (0 when not kept), "kept_weights": "last" | "average" | "ema"} (empty
+    when there was nothing to compare).
     """
     trainer.accelerator.wait_for_everyone()
     checkpoints = sorted_checkpoints(trainer.args.output_dir)[-last_n:] if last_n > 1 else []
     if checkpoints and trainer.is_fsdp_enabled:
         logger.warning("checkpoint averaging is skipped under FSDP (the model's weights are sharded)")
-        return {}
-    if len(checkpoints) < 2:
+        checkpoints = []
+    checkpoints = checkpoints if len(checkpoints) >= 2 else []
+    if not checkpoints and ema is None:
         return {}
     model = trainer.model
-    last_bleu = trainer.evaluate(metric_key_prefix="eval_last")["eval_last_bleu"]
-    last_state = {k: v.clone() for k, v in model.state_dict().items()}
-    model.load_state_dict(average_checkpoints(checkpoints), strict=False)
-    averaged_bleu = trainer.evaluate(metric_key_prefix="eval_averaged")["eval_averaged_bleu"]
-    keep = averaged_bleu >= last_bleu
-    if keep:
+    scores = {"last": trainer.evaluate(metric_key_prefix="eval_last")["eval_last_bleu"]}
+    states = {"last": {k: v.clone() for k, v in model.state_dict().items()}}
+    if checkpoints:
+        model.load_state_dict(average_checkpoints(checkpoints), strict=False)
+        scores["average"] = trainer.evaluate(metric_key_prefix="eval_averaged")["eval_averaged_bleu"]
+        states["average"] = {k: v.clone() for k, v in model.state_dict().items()}
+    if ema is not None:
+        ema.load_into(model)
+        scores["ema"] = trainer.evaluate(metric_key_prefix="eval_ema")["eval_ema_bleu"]
+        states["ema"] = None  # in the model now
+    preference = ["average", "last", "ema"]  # on a tie (the average as before, "at least the last's BLEU")
+    kept = max(scores, key=lambda name: (scores[name], -preference.index(name)))
+    if states[kept] is not None:
+        model.load_state_dict(states[kept])
+    if kept != "last":
         trainer.save_model()
-    else:
-        model.load_state_dict(last_state)
-    logger.info("validation BLEU: last checkpoint %.2f, average of %d: %.2f -> keeping %s", last_bleu,
-                len(checkpoints), averaged_bleu, "average" if keep else "last")
-    averaged = len(checkpoints) if keep else 0
-    trainer.save_metrics("averaging", {"last_checkpoint_bleu": last_bleu, "averaged_bleu": averaged_bleu,
-                                       "averaged_checkpoints": averaged})
-    return {"averaged_checkpoints": averaged}
+    logger.info("validation BLEU: %s -> keeping %s", ", ".join(
+        f"{'average of %d' % len(checkpoints) if name == 'average' else name} {bleu:.2f}"
+        for name, bleu in scores.items()), kept)
+    averaged = len(checkpoints) if kept == "average" else 0
+    metrics = {"last_checkpoint_bleu": scores["last"], "averaged_checkpoints": averaged, "kept_weights": kept}
+    if "average" in scores:
+        metrics["averaged_bleu"] = scores["average"]
+    if "ema" in scores:
+        metrics.update(ema_bleu=scores["ema"], ema_decay=ema.decay)
+    trainer.save_metrics("averaging", metrics)
+    return {"averaged_checkpoints": averaged, "kept_weights": kept, **({"ema_decay": ema.decay} if kept == "ema"
+                                                                       else {})}
 
 
 def validate(trainer) -> dict:

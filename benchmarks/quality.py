@@ -11,7 +11,8 @@ ReLU, scaled embeddings, one embedding for encoder, decoder and output layer, ac
 positions for the longest sequence, no forced EOS, so that both models decode the same way) at ours' size
 (the config's --config_overrides, or the one passed through), then runs
 `scripts/train_translation.py configs/multi30k_de_en.json` twice, one run after the other, with the same flags:
-as shipped (ours) and with `--config_name <that folder> --config_overrides ""` (Marian). Same data, tokenizer
+as shipped (ours) and with `--config_name <that folder> --config_overrides "" --late_dropout 0` (Marian, whose
+dropout stays the anchor's throughout). Same data, tokenizer
 settings, batches, learning-rate schedule, precision (auto) and training-time budget; the pipeline gives both
 models the tokenizer's vocabulary size and special ids, and the decoder starts from bos in both.
 
@@ -131,8 +132,8 @@ def run_command(args, side: str, marian_folder: Path | None) -> list[str]:
     if args.max_train_minutes is not None:
         command += ["--max_train_minutes", f"{args.max_train_minutes:g}"]
     command += args.passthrough
-    if side == "marian":
-        command += ["--config_name", str(marian_folder), "--config_overrides", ""]
+    if side == "marian":  # the anchor's Marian: its config's dropout throughout (and its layers call F.dropout)
+        command += ["--config_name", str(marian_folder), "--config_overrides", "", "--late_dropout", "0"]
     return command
 
 
@@ -183,7 +184,7 @@ def read_run(folder: str | Path) -> dict | None:
         "seconds_per_step": seconds / steps if seconds is not None and steps else None,
         "epochs": results.get("epoch"), "train_loss": results.get("train_loss"),
         "eval_bleu": results.get("eval_bleu"), "eval_chrf": results.get("eval_chrf"),
-        "averaged_checkpoints": results.get("averaged_checkpoints"),
+        "averaged_checkpoints": results.get("averaged_checkpoints"), "final_dropout": results.get("final_dropout"),
         "test_sets": {split: {"bleu": scores["bleu"], "chrf": scores["chrf"]}
                       for split, scores in (results.get("test_sets") or {}).items()},
     }

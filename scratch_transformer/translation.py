@@ -59,6 +59,7 @@ from .tokenization import tokenizer_special_ids, train_tokenizer_on_dataset
 from .trainer import TranslationTrainer
 from .training import (
     ExponentialMovingAverageCallback,
+    LateDropoutCallback,
     WallClockBudgetCallback,
     count_parameters,
     noam_peak_learning_rate,
@@ -341,7 +342,7 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
             f"{results.get('train_steps', '?')} steps of {_batch_summary(training_args)} "
             f"x {training_args.world_size} process(es), Adam (0.9, {training_args.adam_beta2}, "
             f"{training_args.adam_epsilon}), schedule: {_schedule_summary(training_args)}, "
-            f"label smoothing {training_args.label_smoothing_factor}; "
+            f"label smoothing {training_args.label_smoothing_factor}{_dropout_summary(results, config)}; "
             f"{results.get('train_minutes', 0):.1f} minutes of training in {training_args.precision} "
             f"({getattr(training_args, 'precision_reason', '')}). "
             + _weights_summary(results)
@@ -379,13 +380,16 @@ def _run_steps(model_args, data_args, training_args) -> dict:
     tokenizer, model, decoding = build_tokenizer_and_model(model_args, data_args, training_args, raw, resume_from)
     budget = WallClockBudgetCallback(training_args.max_train_minutes) if training_args.max_train_minutes else None
     ema = moving_average_callback(model_args, training_args, resume_from)
+    late = late_dropout_callback(model_args, training_args, model)
     trainer, tokenized = build_trainer(model, tokenizer, raw, data_args, training_args, decoding, budget,
-                                       extra_callbacks=[ema] if ema else None)
+                                       extra_callbacks=[c for c in (ema, late) if c])
 
     label = _dataset_label(data_args)
     results = {"dataset_name": label, "dataset_id": label}
     if training_args.do_train:
         results.update(train(trainer, tokenized[data_args.train_split], resume_from, budget))
+        if late:
+            results.update(late.summary(trainer.state.epoch or 0.0))
         results.update(average(trainer, model_args.average_last_checkpoints, ema))
     if training_args.do_eval:
         results.update(validate(trainer))
@@ -403,6 +407,15 @@ def _weights_summary(results) -> str:
     if results.get("averaged_checkpoints"):
         return f"Weights: the average of the last {results['averaged_checkpoints']} checkpoints (paper 6.1)."
     return "Weights: the last checkpoint."
+
+
+def _dropout_summary(results, config) -> str:
+    """', late dropout: 0.1 rising to 0.3 over epochs 5-15, 0.25 reached' for the model card, or ''."""
+    if "late_dropout" not in results:
+        return ""
+    start, end = results["late_dropout_epochs"]
+    return (f", late dropout: {getattr(config, 'dropout', '?')} rising to {results['late_dropout']:g} over epochs "
+            f"{start:g}-{end:g}, {results['final_dropout']:g} reached")
 
 
 def _schedule_summary(args) -> str:
@@ -548,6 +561,18 @@ def moving_average_callback(model_args, training_args, resume_from) -> Exponenti
         logger.warning("--ema_decay is ignored under FSDP (the model's weights are sharded)")
         return None
     return ExponentialMovingAverageCallback(model_args.ema_decay, resume_from)
+
+
+def late_dropout_callback(model_args, training_args, model) -> LateDropoutCallback | None:
+    """The rising dropout that --late_dropout asks for (training runs only), or None.
+
+    Raises:
+        ValueError: the model has no nn.Dropout modules at its config's dropout (e.g. transformers' Marian).
+    """
+    if not model_args.late_dropout or not training_args.do_train:
+        return None
+    return LateDropoutCallback(model, model_args.late_dropout, model_args.late_dropout_start_epoch,
+                               model_args.late_dropout_end_epoch)
 
 
 def build_trainer(model, tokenizer, raw, data_args, training_args, decoding, budget, tokenized=None,
@@ -708,6 +733,8 @@ def write_outputs(trainer, results, model_args, data_args, decoding, push_to_hub
     if args.do_train:
         all_results.update(precision=args.precision, precision_reason=getattr(args, "precision_reason", ""),
                            lr_schedule=_schedule_summary(args))
+        all_results.update({key: results[key] for key in ("late_dropout", "late_dropout_epochs", "final_dropout")
+                            if key in results})
     write_json(os.path.join(output_dir, "all_results.json"), all_results)
     outputs = {"all_results": all_results}
     if "test_bleu" in results and os.path.isfile(os.path.join(output_dir, "model.safetensors")):

@@ -4,6 +4,7 @@ and (slow) both sides end to end on tiny data."""
 
 import json
 import types
+from pathlib import Path
 
 import pytest
 from conftest import MULTI30K, REPO_ROOT
@@ -78,6 +79,24 @@ def test_marian_keeps_the_anchors_size_unless_asked_for_ours():
     assert tuple(matched[k] for k in shape) == (320, 4, 2, 2, 1280, 0.2)
     assert quality.parse_args(["--marian_size", "ours"]).marian_size == "ours"
     assert quality.parse_args([]).marian_size == "anchor"
+
+
+def test_marians_run_keeps_the_anchors_dropout_throughout():
+    """Ours may raise its dropout late (--late_dropout, in the config or passed through); Marian's run turns it off
+    (the anchor trains at dropout 0.1 throughout), and the flag comes after the passed ones, so it wins."""
+    args = quality.parse_args(["--late_dropout", "0.3", "--max_steps", "2"])
+    ours, marian = quality.run_command(args, "ours", None), quality.run_command(args, "marian", Path("m"))
+    assert ours[ours.index("--late_dropout") + 1] == "0.3" and ours.count("--late_dropout") == 1
+    flag = len(marian) - 1 - marian[::-1].index("--late_dropout")
+    assert marian[flag + 1] == "0" and flag > marian.index("--max_steps")
+    assert marian[marian.index("--config_name") + 1] == "m"
+
+
+def test_late_dropout_for_marian_is_refused_before_anything_is_written(marian_folder, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="MarianMTModel has none"):
+        train_translation.main(tiny_run_flags(out, config_name=marian_folder, config_overrides="", late_dropout=0.3))
+    assert not out.exists()
 
 
 def test_a_forced_eos_in_the_config_becomes_the_tokenizers_eos(marian_folder, multi30k_tokenizer):

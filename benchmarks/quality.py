@@ -11,10 +11,10 @@ ReLU, scaled embeddings, one embedding for encoder, decoder and output layer, ac
 positions for the longest sequence, no forced EOS, so that both models decode the same way) at ours' size
 (the config's --config_overrides, or the one passed through), then runs
 `scripts/train_translation.py configs/multi30k_de_en.json` twice, one run after the other, with the same flags:
-as shipped (ours) and with `--config_name <that folder> --config_overrides "" --late_dropout 0` (Marian, whose
-dropout stays the anchor's throughout). Same data, tokenizer
-settings, batches, learning-rate schedule, precision (auto) and training-time budget; the pipeline gives both
-models the tokenizer's vocabulary size and special ids, and the decoder starts from bos in both.
+as shipped (ours) and with `--config_name <that folder> --config_overrides "" --late_dropout 0
+--long_run_dropout 0` (Marian, whose dropout stays the anchor's throughout). Same data, tokenizer settings,
+batches, learning-rate schedule, precision (auto) and training-time budget; the pipeline gives both models the
+tokenizer's vocabulary size and special ids, and the decoder starts from bos in both.
 
 Prints one Markdown table (parameters, precision, steps, training seconds and seconds per step, validation
 BLEU, test BLEU/chrF of each test set), read from each run's all_results.json and trainer_state.json, and
@@ -133,7 +133,8 @@ def run_command(args, side: str, marian_folder: Path | None) -> list[str]:
         command += ["--max_train_minutes", f"{args.max_train_minutes:g}"]
     command += args.passthrough
     if side == "marian":  # the anchor's Marian: its config's dropout throughout (and its layers call F.dropout)
-        command += ["--config_name", str(marian_folder), "--config_overrides", "", "--late_dropout", "0"]
+        command += ["--config_name", str(marian_folder), "--config_overrides", "", "--late_dropout", "0",
+                    "--long_run_dropout", "0"]
     return command
 
 
@@ -185,6 +186,7 @@ def read_run(folder: str | Path) -> dict | None:
         "epochs": results.get("epoch"), "train_loss": results.get("train_loss"),
         "eval_bleu": results.get("eval_bleu"), "eval_chrf": results.get("eval_chrf"),
         "averaged_checkpoints": results.get("averaged_checkpoints"), "final_dropout": results.get("final_dropout"),
+        "projected_epochs": results.get("projected_epochs"),
         "test_sets": {split: {"bleu": scores["bleu"], "chrf": scores["chrf"]}
                       for split, scores in (results.get("test_sets") or {}).items()},
     }
@@ -235,6 +237,11 @@ def markdown_table(result: dict) -> str:
             f"| {_number(run['training_seconds'], '.0f')} | {_number(run['seconds_per_step'], '.3f')} "
             f"| {_number(run['eval_bleu'], '.2f')} | "
             + " | ".join("-" if s is None else f"{s['bleu']:.2f} / {s['chrf']:.2f}" for s in scores) + " |")
+    dropouts = [f"{side} {run['final_dropout']:g}" + (f" ({run['projected_epochs']:g} epochs projected)"
+                                                     if run.get("projected_epochs") is not None else "")
+                for side, run in result["runs"].items() if run and run.get("final_dropout") is not None]
+    if dropouts:
+        lines += ["", "Dropout at the end of training (late or long-run dropout): " + ", ".join(dropouts) + "."]
     if result.get("passthrough"):
         lines += ["", f"Flags passed to both runs: `{shlex.join(result['passthrough'])}`."]
         if _flag_value(result["passthrough"], "config_overrides") is not None:

@@ -72,6 +72,17 @@ class ModelArguments:
     late_dropout_end_epoch: float = field(
         default=15.0, metadata={"help": "Late dropout: the epoch where --late_dropout is reached."}
     )
+    long_run_dropout: float = field(
+        default=0.0,
+        metadata={"help": "Dropout (config dropout: embeddings and sublayers) for a long run: used instead of the "
+                          "config's when the run is planned, or projected from the first tenth of its "
+                          "--max_train_minutes budget, to make at least --long_run_min_epochs passes over the "
+                          "training data. 0: off (the config's dropout throughout)."},
+    )
+    long_run_min_epochs: float = field(
+        default=14.0, metadata={"help": "Long-run dropout: the passes over the training data from which a run "
+                                        "counts as long."}
+    )
     card_template: str | None = field(default=None, metadata={"help": "Model card template (default hub_card.md)."})
 
     def __post_init__(self):
@@ -92,6 +103,13 @@ class ModelArguments:
         if not (0 <= start <= end and math.isfinite(end)):
             raise ValueError(f"late_dropout_start_epoch and late_dropout_end_epoch must satisfy 0 <= start <= end "
                              f"(finite), got {start} and {end}")
+        if not 0 <= self.long_run_dropout < 1:
+            raise ValueError(f"long_run_dropout must be in [0, 1) (0: off; e.g. 0.2), got {self.long_run_dropout}")
+        if not 0 < self.long_run_min_epochs < math.inf:
+            raise ValueError(f"long_run_min_epochs must be positive and finite, got {self.long_run_min_epochs}")
+        if self.long_run_dropout and self.late_dropout:
+            raise ValueError("--late_dropout and --long_run_dropout both set the model's dropout during training: "
+                             "pass one of them (the other at 0)")
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', got {self.attn_implementation!r}")
 
@@ -251,6 +269,11 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.label_smoothing_factor < 1:
             raise ValueError(f"label_smoothing_factor must be in [0, 1), got {self.label_smoothing_factor}")
+        if self.restore_callback_states_from_checkpoint:
+            raise ValueError("restore_callback_states_from_checkpoint: the job's callbacks (training-time budget, "
+                             "long-run dropout) take their state from the checkpoint themselves on resume; HF's "
+                             "restore would replace them by copies the learning-rate schedule does not see. Leave "
+                             "it false")
         if self.max_train_minutes and self.schedule_on_budget and not 0 <= self.warmup_steps < 1:
             raise ValueError(f"warmup_steps {self.warmup_steps:g}: with max_train_minutes the schedule runs on the "
                              "training-time budget, so give warm-up as a fraction of it in [0, 1) (e.g. 0.3), or "

@@ -75,6 +75,7 @@ def test_precision_auto_is_resolved_and_explicit_choices_are_obeyed(tmp_path, mo
     ({"precision": "fp8"}, "precision must be auto, bf16, fp16 or fp32"),
     ({"precision": "fp32", "bf16": True}, "--precision fp32 and --bf16 true disagree"),
     ({"max_train_minutes": 5.0, "warmup_steps": 800}, "give warm-up as a fraction of it"),
+    ({"restore_callback_states_from_checkpoint": True}, "take their state from the checkpoint themselves"),
 ])
 def test_precision_and_budget_schedule_conflicts_are_refused(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):

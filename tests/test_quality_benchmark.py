@@ -89,6 +89,8 @@ def test_marians_run_keeps_the_anchors_dropout_throughout():
     assert ours[ours.index("--late_dropout") + 1] == "0.3" and ours.count("--late_dropout") == 1
     flag = len(marian) - 1 - marian[::-1].index("--late_dropout")
     assert marian[flag + 1] == "0" and flag > marian.index("--max_steps")
+    long_run = len(marian) - 1 - marian[::-1].index("--long_run_dropout")  # the config's 0.2 is ours' only
+    assert marian[long_run + 1] == "0" and "--long_run_dropout" not in ours
     assert marian[marian.index("--config_name") + 1] == "m"
 
 
@@ -126,12 +128,12 @@ def test_too_few_positions_for_the_lengths_are_refused(marian_folder, tmp_path):
     assert not out.exists()
 
 
-def write_run(folder, model_type, steps, seconds, bleu):
+def write_run(folder, model_type, steps, seconds, bleu, **extra):
     """A finished run folder as the main job leaves it (the files the table reads)."""
     folder.mkdir(parents=True)
     results = {"num_parameters": 1000 + steps, "num_parameters_with_frozen": 2000 + steps, "precision": "bf16",
                "eval_bleu": bleu, "test_sets": {split: {"bleu": bleu + i, "chrf": 50.0 + i, "sentences": 10}
-                                                for i, split in enumerate(quality.TEST_SETS)}}
+                                                for i, split in enumerate(quality.TEST_SETS)}, **extra}
     state = {"global_step": steps, "stateful_callbacks": {"WallClockBudgetCallback": {
         "args": {"max_minutes": 1.0}, "attributes": {"training_seconds": seconds}}}}
     (folder / "all_results.json").write_text(json.dumps(results))
@@ -153,6 +155,16 @@ def test_report_only_reads_the_run_folders(tmp_path, capsys):
     assert "| marian (marian_cls) | 1,080 (2,080) | bf16 | 80 | 60 | 0.750 | 28.50 | 28.50 / 50.00 |" in printed
     saved = json.loads((tmp_path / "quality.json").read_text())
     assert saved["table"] == printed.strip() and saved["runs"]["marian"]["steps"] == 80
+
+
+def test_the_table_says_which_dropout_each_side_ended_with(tmp_path):
+    write_run(tmp_path / "ours", "scratch_transformer", 100, 50.0, 30.0, long_run_dropout=0.2, final_dropout=0.2,
+              projected_epochs=17.46)
+    write_run(tmp_path / "marian", "marian", 80, 60.0, 28.5)
+    result = quality.main(["--report_only", "--output_dir", str(tmp_path)])
+    assert result["runs"]["ours"]["projected_epochs"] == 17.46 and result["runs"]["marian"]["final_dropout"] is None
+    assert "Dropout at the end of training (late or long-run dropout): ours 0.2 (17.46 epochs projected)." \
+        in result["table"]
 
 
 def test_the_table_says_config_overrides_shape_ours_only(tmp_path, capsys):

@@ -21,6 +21,7 @@ import json
 import os
 import sys
 
+import torch
 from transformers import HfArgumentParser
 
 from scratch_transformer.arguments import DataTrainingArguments, ModelArguments, TranslationTrainingArguments
@@ -56,7 +57,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     model_args, data_args, training_args = parse_args(argv)
-    return run_translation(model_args, data_args, training_args)
+    try:
+        return run_translation(model_args, data_args, training_args)
+    finally:
+        # Under torchrun / accelerate, tear the process group down before the interpreter exits: left to
+        # shutdown, a gloo rank can abort ("terminate called without an active exception") after all its work.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -95,6 +95,11 @@ def load_source(source: str) -> list[dict]:
     return runs
 
 
+def _score(run: dict, name: str) -> float | None:
+    """A run's BLEU on `name`: "val" (the kept weights' validation BLEU) or a test set; None where it has none."""
+    return run["eval_bleu"] if name == "val" else (run["test_sets"].get(name) or {}).get("bleu")
+
+
 def spread(values: list[float]) -> dict | None:
     """n, mean, sample standard deviation (None for one value), min and max of a list of scores; None for none."""
     if not values:
@@ -117,12 +122,8 @@ def summarise(runs: list[dict]) -> dict:
     if missing:
         raise ValueError(f"no run of {' or '.join(missing)}: the margin needs runs of both sides")
     scores = ["val", *TEST_SETS]
-
-    def score(run, name):
-        return run["eval_bleu"] if name == "val" else (run["test_sets"].get(name) or {}).get("bleu")
-
-    per_side = {side: {name: spread([score(r, name) for r in runs if r["side"] == side
-                                     and score(r, name) is not None])
+    per_side = {side: {name: spread([_score(r, name) for r in runs if r["side"] == side
+                                     and _score(r, name) is not None])
                        for name in scores}
                 for side in SIDES}
     margin = {}
@@ -147,8 +148,7 @@ def markdown_table(runs: list[dict], summary: dict) -> str:
              "| model | source | commit | seed | steps | " + " | ".join(f"{name} BLEU" for name in scores) + " |",
              "|---|---|---|---:|---:|" + "---:|" * len(scores)]
     for run in sorted(runs, key=lambda r: SIDES.index(r["side"])):
-        values = [run["eval_bleu"] if name == "val" else (run["test_sets"].get(name) or {}).get("bleu")
-                  for name in scores]
+        values = [_score(run, name) for name in scores]
         lines.append(f"| {run['side']} | {run['source']} | {run['commit'] or '-'} | "
                      f"{run['seed'] if run['seed'] is not None else 'config'} | {_f(run['steps'], 'd')} | "
                      + " | ".join(_f(v) for v in values) + " |")

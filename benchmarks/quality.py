@@ -10,11 +10,16 @@ Writes a MarianConfig folder with the settings of the anchor run (docs: shared/d
 ReLU, scaled embeddings, one embedding for encoder, decoder and output layer, activation dropout 0, layerdrop 0,
 positions for the longest sequence, no forced EOS, so that both models decode the same way) at ours' size
 (the config's --config_overrides, or the one passed through), then runs
-`scripts/train_translation.py configs/multi30k_de_en.json` twice, one run after the other, with the same flags:
-as shipped (ours) and with `--config_name <that folder> --config_overrides "" --late_dropout 0
+`scripts/train_translation.py configs/multi30k_de_en.json` twice with the same flags: as shipped (ours) and with `--config_name <that folder> --config_overrides "" --late_dropout 0
 --long_run_dropout 0` (Marian, whose dropout stays the anchor's throughout). Same data, tokenizer settings,
 batches, learning-rate schedule, precision (auto) and training-time budget; the pipeline gives both models the
 tokenizer's vocabulary size and special ids, and the decoder starts from bos in both.
+
+The two runs take turns on the machine (`--interleave_seconds`, 60 by default): both start, and every 60 s of
+wall time the running one is paused (SIGTSTP, which the job's training clock leaves out) and the other continued
+(SIGCONT), so that the cores never run both at once and a host whose speed drifts over the hour gives both
+models the same mix of fast and slow minutes. Run one after the other (`--interleave_seconds 0`), the two runs
+are half an hour apart, and a host that slows between them moves the steps each reaches, and so the margin.
 
 Prints one Markdown table (parameters, precision, steps, training seconds and seconds per step, validation
 BLEU, test BLEU/chrF of each test set), read from each run's all_results.json and trainer_state.json, and
@@ -28,6 +33,7 @@ import datetime
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -65,11 +71,18 @@ def parse_args(argv=None):
     p.add_argument("--marian_size", choices=("anchor", "ours"), default="anchor",
                    help="Marian's size and dropouts: the anchor's (d_model 256, 4 heads, 3+3 layers, FFN 1024, "
                         "dropout 0.1; default) or ours' (from the config's or the passed --config_overrides)")
+    p.add_argument("--interleave_seconds", type=float, default=60.0,
+                   help="wall seconds each run has the machine before the other takes its turn (both runs paused "
+                        "and continued in turn; default 60); 0: one run after the other")
     p.add_argument("--output_json", default=None, help="default: <output_dir>/quality.json")
     args, passthrough = p.parse_known_args(argv)
     refuse_benchmark_flags(p, passthrough)
     if args.max_train_minutes is not None and args.max_train_minutes <= 0:
         p.error("--max_train_minutes must be positive")
+    if not 0 <= args.interleave_seconds < float("inf"):
+        p.error(f"--interleave_seconds must be 0 (one run after the other) or positive, got {args.interleave_seconds}")
+    if args.interleave_seconds > 0 and not hasattr(signal, "SIGTSTP"):
+        p.error("--interleave_seconds needs POSIX job-control signals (SIGTSTP / SIGCONT); pass 0 on this system")
     args.passthrough = passthrough
     args.output_json = args.output_json or os.path.join(args.output_dir, "quality.json")
     return args
@@ -156,6 +169,86 @@ def run_side(command: list[str], log_path: Path, log, tag: str = "quality") -> f
         raise RuntimeError(f"the run failed (exit {proc.returncode}) after {seconds:.0f} s; end of {log_path}:\n{tail}")
     log(f"[{tag}] done in {seconds:.0f} s")
     return seconds
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether process pid is stopped (state T); False once it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:  # "pid (comm) state ...": comm may hold spaces
+            return handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return False  # gone
+    except (OSError, IndexError):
+        pass
+    answer = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True, check=False)
+    return answer.stdout.strip().startswith("T")
+
+
+def run_interleaved(commands: dict[str, list[str]], log_paths: dict[str, Path], slice_seconds: float, log,
+                    tag: str = "quality", stop_timeout: float = 120.0) -> dict[str, float]:
+    """Run jobs in turns on one machine: each has it for `slice_seconds` of wall time, then is paused (SIGTSTP,
+    which the training clock leaves out; WallClockBudgetCallback) and the next continued (SIGCONT), until all have
+    ended. Never two run at once: the next starts only once the last is seen stopped.
+
+    Returns:
+        the wall seconds each job had the machine.
+
+    Raises:
+        RuntimeError: a job failed (with the end of its log; the others are killed, their checkpoints kept for a
+            resume), or did not stop within stop_timeout seconds of its SIGTSTP.
+    """
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    procs, handles, active_seconds = {}, {}, {}
+    try:
+        for name, command in commands.items():
+            log(f"[{tag}] {shlex.join(command)}  (log: {log_paths[name]})")
+            handles[name] = open(log_paths[name], "w", encoding="utf-8")
+            procs[name] = subprocess.Popen(command, cwd=REPO_ROOT, stdout=handles[name], stderr=subprocess.STDOUT,
+                                           env=env)
+            active_seconds[name] = 0.0
+            _pause(procs[name], stop_timeout)  # its start waits for its turn like the rest
+        turn = list(procs)
+        while turn:
+            name = turn.pop(0)
+            proc = procs[name]
+            proc.send_signal(signal.SIGCONT)
+            began = time.perf_counter()
+            try:
+                proc.wait(timeout=slice_seconds if turn else None)
+            except subprocess.TimeoutExpired:
+                _pause(proc, stop_timeout)
+                active_seconds[name] += time.perf_counter() - began
+                turn.append(name)
+                continue
+            active_seconds[name] += time.perf_counter() - began
+            if proc.returncode != 0:
+                tail = "".join(log_paths[name].read_text(encoding="utf-8", errors="replace")
+                               .splitlines(keepends=True)[-30:])
+                raise RuntimeError(f"the {name} run failed (exit {proc.returncode}); end of {log_paths[name]}:\n{tail}")
+            log(f"[{tag}] {name} done after {active_seconds[name]:.0f} s of its turns")
+        return active_seconds
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:  # an error or an interruption: SIGKILL ends a stopped process too
+                proc.kill()
+                proc.wait()
+        for handle in handles.values():
+            handle.close()
+
+
+def _pause(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTSTP to proc, then wait until it is stopped (or has exited).
+
+    Raises:
+        RuntimeError: it was still running after timeout seconds.
+    """
+    proc.send_signal(signal.SIGTSTP)
+    deadline = time.perf_counter() + timeout
+    while proc.poll() is None and not _is_stopped(proc.pid):
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"process {proc.pid} did not stop within {timeout:g} s of SIGTSTP")
+        time.sleep(0.01)
 
 
 def read_run(folder: str | Path) -> dict | None:
@@ -247,6 +340,9 @@ def markdown_table(result: dict) -> str:
         if _flag_value(result["passthrough"], "config_overrides") is not None:
             lines[-1] += (" `--config_overrides` shapes ours only: Marian's run overrides it with an empty one and "
                           f"takes its own config folder (`--marian_size {result.get('marian_size', 'anchor')}`).")
+    if result.get("interleave_seconds"):
+        lines += ["", (f"The runs took turns on the machine, {result['interleave_seconds']:g} s of wall time each "
+                       "(paused and continued; the training time leaves the pauses out).")]
     lines += ["", ("Training seconds exclude evaluation. Parameters: trainable, each shared tensor once; in brackets "
                    "with the frozen ones (Marian's sinusoidal position tables are frozen parameters, ours a buffer).")]
     return "\n".join(lines)
@@ -266,9 +362,13 @@ def main(argv=None) -> dict:
         if "marian" in sides:
             marian_folder = write_marian_config(out / "marian_config",
                                                 marian_config_values(args.config, args.passthrough, args.marian_size))
-        for side in sides:  # one after the other: never two runs sharing the cores
-            commands[side] = run_command(args, side, marian_folder)
-            wall[side] = run_side(commands[side], out / f"{side}.log", log)
+        commands = {side: run_command(args, side, marian_folder) for side in sides}
+        if args.interleave_seconds > 0 and len(sides) > 1:  # in turns: never two runs sharing the cores
+            wall = run_interleaved(commands, {side: out / f"{side}.log" for side in sides}, args.interleave_seconds,
+                                   log)
+        else:
+            for side in sides:  # one after the other
+                wall[side] = run_side(commands[side], out / f"{side}.log", log)
 
     runs = {side: read_run(out / side) for side in SIDES}
     for side, run in runs.items():
@@ -287,6 +387,7 @@ def main(argv=None) -> dict:
         "num_beams": _flag_value(args.passthrough, "num_beams") or shipped.get("num_beams"),
         "passthrough": args.passthrough,
         "marian_size": args.marian_size,
+        "interleave_seconds": args.interleave_seconds if len(commands) > 1 else None,
         "runs": runs,
     }
     result["table"] = markdown_table(result)

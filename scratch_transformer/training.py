@@ -6,6 +6,8 @@ JSON writes."""
 import json
 import logging
 import os
+import signal
+import threading
 import time
 
 import torch
@@ -77,6 +79,12 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
     lays the learning-rate schedule on the same clock. The training time travels in each checkpoint
     (trainer_state.json, stateful_callbacks), so that a resumed run continues the clock where it stopped.
     With several processes the main process's clock decides for all (`elapsed_at_last_step`).
+
+    A run paused with SIGTSTP (Ctrl-Z in a terminal, `kill -TSTP`) stops until SIGCONT (`fg`, `kill -CONT`), and
+    the stopped time is left out of the clock as well, so that a pause does not cut the decay short: during
+    training the callback handles SIGTSTP in the main thread (on POSIX, where no other handler is set) and
+    stops the process itself. `benchmarks/quality.py` pauses its two runs in turn this way to give them the
+    same machine.
     """
 
     def __init__(self, max_minutes: float):
@@ -89,6 +97,9 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
         self.training_seconds = 0.0
         self.elapsed_at_last_step = 0.0  # the same on every process
         self._step_end, self._excluded_at_step_end = None, 0.0
+        self.paused = 0.0  # seconds stopped by SIGTSTP during training
+        self._pauses: list[tuple[float, float]] = []  # (stopped, resumed) since the last step's end
+        self._previous_sigtstp = None
 
     def state(self) -> dict:  # ExportableState: saved in every checkpoint's trainer_state.json
         return {"args": {"max_minutes": self.max_seconds / 60}, "attributes": {"training_seconds": self.elapsed()}}
@@ -97,7 +108,7 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
         """Training seconds so far (this process's clock), evaluation excluded, earlier run segments included."""
         if self.start is None:
             return self.offset
-        return self.offset + time.perf_counter() - self.start - self.excluded
+        return self.offset + time.perf_counter() - self.start - self.excluded - self.paused
 
     def progress(self) -> float:
         """Fraction of the budget used at the end of the last step, in [0, 1] (the same on every process)."""
@@ -111,19 +122,57 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
         if self.offset > 0:  # a fresh run's state holds the callback too, with 0 s
             logger.info("resuming the training-time budget at %.1f of %.1f min", self.offset / 60,
                         self.max_seconds / 60)
-        self.start, self.excluded = time.perf_counter(), 0.0
+        self.start, self.excluded, self.paused, self._pauses = time.perf_counter(), 0.0, 0.0, []
         self._step_end, self._excluded_at_step_end = None, 0.0
         self.training_seconds = self.elapsed_at_last_step = self.offset
+        self._handle_sigtstp()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._release_sigtstp()
+
+    def pause(self, stop=None) -> float:
+        """Stop this process until it is continued, and leave the stopped time out of the clock (SIGTSTP's
+        handler during training). `stop` (tests) replaces the SIGSTOP the process sends itself.
+
+        Returns:
+            the seconds the process was stopped.
+        """
+        stopped = time.perf_counter()
+        (stop or (lambda: os.kill(os.getpid(), signal.SIGSTOP)))()  # returns once SIGCONT has come
+        resumed = time.perf_counter()
+        self.paused += resumed - stopped
+        self._pauses.append((stopped, resumed))
+        logger.info("paused for %.1f s (left out of the training time)", resumed - stopped)
+        return resumed - stopped
+
+    def _paused_within(self, begin: float, end: float) -> float:
+        """Seconds of the pauses since the last step's end that fall between the clock readings begin and end."""
+        return sum(max(0.0, min(end, resumed) - max(begin, stopped)) for stopped, resumed in self._pauses)
+
+    def _handle_sigtstp(self) -> None:
+        if not hasattr(signal, "SIGTSTP") or threading.current_thread() is not threading.main_thread():
+            return  # no job control (Windows), or signal handlers cannot be set from here
+        if signal.getsignal(signal.SIGTSTP) is not signal.SIG_DFL:
+            return  # ignored, or handled by the program around the Trainer: leave it as it is
+        self._previous_sigtstp = signal.signal(signal.SIGTSTP, lambda signum, frame: self.pause())
+
+    def _release_sigtstp(self) -> None:
+        if self._previous_sigtstp is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTSTP, self._previous_sigtstp)
+            self._previous_sigtstp = None
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        self.excluded += float((metrics or {}).get("eval_runtime", 0.0))
+        # eval_runtime counts a pause during the evaluation too, which `paused` already leaves out
+        runtime, now = float((metrics or {}).get("eval_runtime", 0.0)), time.perf_counter()
+        self.excluded += max(0.0, runtime - self._paused_within(now - runtime, now))
 
     def on_save(self, args, state, control, **kwargs):
         # Saving a checkpoint is no training either: all the time since the step ended (logging, evaluation,
         # the save itself) is left out. Under load a save can take a large part of a short budget, which
         # would cut the decay short by the time it took.
         if self.start is not None and self._step_end is not None:
-            window = time.perf_counter() - self._step_end
+            now = time.perf_counter()
+            window = now - self._step_end - self._paused_within(self._step_end, now)  # pauses: in `paused`
             self.excluded = max(self.excluded, self._excluded_at_step_end + window)
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -138,6 +187,7 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
             elapsed = broadcast_object_list([elapsed], from_process=0)[0]
         self.elapsed_at_last_step = elapsed
         self._step_end, self._excluded_at_step_end = time.perf_counter(), self.excluded
+        self._pauses = []
         if elapsed >= self.max_seconds:
             logger.info("training-time budget of %.1f min reached at step %d", self.max_seconds / 60,
                         state.global_step)

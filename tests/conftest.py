@@ -47,6 +47,20 @@ def torch_threads_restored():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def sigtstp_restored():
+    """Give SIGTSTP its disposition back after each test: a training-time budget started in this process (a
+    test that never calls on_train_end) handles it, and a later budget would leave a handler it did not set."""
+    import signal
+
+    if not hasattr(signal, "SIGTSTP"):
+        yield
+        return
+    handler = signal.getsignal(signal.SIGTSTP)
+    yield
+    signal.signal(signal.SIGTSTP, handler)
+
+
 TINY_SENTENCES = ["Ein Hund läuft über die Wiese.", "A dog runs across the meadow.", "Zwei Männer spielen Fußball.",
                   "Two men are playing football.", "Eine Frau sitzt auf einer Bank.", "A woman sits on a bench."]
 

@@ -231,3 +231,86 @@ def test_both_sides_end_to_end_table_equals_the_runs_results(tmp_path, capsys):
     assert marian["num_parameters_with_frozen"] - marian["num_parameters"] == 2 * 40 * 64
     card = (tmp_path / "marian" / "README.md").read_text()
     assert "custom_code" not in card and "| 64 | 4 | 2 + 2 | 128 |" in card
+
+
+WORKER = """
+import sys, time
+# busy for `seconds` of its own running time, writing the wall clock every 10 ms while it runs
+seconds, out = float(sys.argv[1]), open(sys.argv[2], "w")
+done, last = 0.0, time.monotonic()
+while done < seconds:
+    time.sleep(0.01)
+    now = time.monotonic()
+    done += min(now - last, 0.05)  # a gap while stopped is not running time
+    last = now
+    out.write(f"{time.time()}\\n")
+    out.flush()
+sys.exit(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGTSTP"), reason="needs POSIX job control")
+def test_interleaved_jobs_take_turns_and_never_run_at_once(tmp_path):
+    """Two jobs of about 1.2 s each in turns of 0.3 s: both finish, and their running times do not overlap (two
+    jobs running at once would interleave their clock readings every 10 ms, hundreds of switches)."""
+    import sys
+
+    commands = {name: [sys.executable, "-c", WORKER, "1.2", str(tmp_path / f"{name}.times")] for name in ("a", "b")}
+    logs = {name: tmp_path / f"{name}.log" for name in commands}
+    active = quality.run_interleaved(commands, logs, 0.3, lambda msg: None)
+    readings = sorted([(float(t), name) for name in commands
+                       for t in (tmp_path / f"{name}.times").read_text().split()])
+    switches = sum(1 for (_, x), (_, y) in zip(readings, readings[1:]) if x != y)
+    assert {name for _, name in readings} == {"a", "b"}
+    assert 3 <= switches <= 12, switches  # about 1.2 / 0.3 turns each, plus start-up
+    assert all(seconds >= 1.0 for seconds in active.values())  # 1.2 s, less up to 0.05 s counted per pause
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGTSTP"), reason="needs POSIX job control")
+def test_a_failed_interleaved_job_stops_the_benchmark_and_the_other_job(tmp_path):
+    import sys
+
+    commands = {"ours": [sys.executable, "-c", WORKER, "0.2", str(tmp_path / "a.times"), "3"],
+                "marian": [sys.executable, "-c", WORKER, "30", str(tmp_path / "b.times")]}
+    logs = {name: tmp_path / f"{name}.log" for name in commands}
+    with pytest.raises(RuntimeError, match="the ours run failed \\(exit 3\\)"):
+        quality.run_interleaved(commands, logs, 0.5, lambda msg: None)
+    last = float((tmp_path / "b.times").read_text().split()[-1]) if (tmp_path / "b.times").exists() else 0.0
+    import time
+
+    time.sleep(0.3)  # killed: it writes no more
+    assert ((tmp_path / "b.times").exists() is False) or float((tmp_path / "b.times").read_text().split()[-1]) == last
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_interleave_seconds_must_be_zero_or_positive(value, capsys):
+    with pytest.raises(SystemExit):
+        quality.parse_args(["--interleave_seconds", value])
+    assert "--interleave_seconds must be 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("interleave", ["60", "0"])
+def test_both_sides_take_turns_unless_interleave_is_0(tmp_path, monkeypatch, interleave):
+    """By default the two runs go through run_interleaved (and the table says so); with 0, one after the other."""
+    calls = []
+
+    def fake_interleaved(commands, log_paths, slice_seconds, log, **kwargs):
+        calls.append(("interleaved", tuple(commands), slice_seconds))
+        for side in commands:
+            write_run(tmp_path / side, side, 10, 5.0, 20.0)
+        return {side: 1.0 for side in commands}
+
+    def fake_side(command, log_path, log, tag="quality"):
+        side = Path(command[command.index("--output_dir") + 1]).name
+        calls.append(("after", side))
+        write_run(tmp_path / side, side, 10, 5.0, 20.0)
+        return 1.0
+
+    monkeypatch.setattr(quality, "run_interleaved", fake_interleaved)
+    monkeypatch.setattr(quality, "run_side", fake_side)
+    result = quality.main(["--output_dir", str(tmp_path), "--interleave_seconds", interleave])
+    if interleave == "60":
+        assert calls == [("interleaved", ("ours", "marian"), 60.0)]
+        assert "The runs took turns on the machine, 60 s of wall time each" in result["table"]
+    else:
+        assert calls == [("after", "ours"), ("after", "marian")] and "took turns" not in result["table"]

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -172,3 +173,100 @@ def test_budget_leaves_out_checkpoint_saving():
     time.sleep(0.2)  # the next step
     budget.on_step_end(args, state, control)
     assert budget.elapsed_at_last_step - before >= 0.19
+
+
+def test_budget_leaves_out_a_pause(monkeypatch):
+    """Time stopped by SIGTSTP (Ctrl-Z) is not training time: 10 s trained, 100 s paused, 5 s trained is 15 s."""
+    budget, clock = fake_budget(monkeypatch, minutes=1.0)
+    args, state = SimpleNamespace(world_size=1), TrainerState()
+    clock[0] += 10
+    budget.on_step_end(args, state, TrainerControl())
+
+    def stopped_for_100_s():
+        clock[0] += 100
+
+    assert budget.pause(stop=stopped_for_100_s) == pytest.approx(100)
+    clock[0] += 5
+    control = budget.on_step_end(args, state, TrainerControl())
+    assert budget.training_seconds == pytest.approx(15) and not control.should_training_stop
+    assert budget.progress() == pytest.approx(15 / 60)
+
+
+def test_a_pause_during_evaluation_or_saving_is_left_out_once(monkeypatch):
+    """eval_runtime and the save window hold the pause too; it must not be subtracted twice (the clock would then
+    run behind the training done, and the decay overshoot the budget)."""
+    budget, clock = fake_budget(monkeypatch, minutes=1.0)
+    args, state = SimpleNamespace(world_size=1), TrainerState()
+    clock[0] += 10
+    budget.on_step_end(args, state, TrainerControl())  # 10 s trained
+
+    def stopped_for_20_s():
+        clock[0] += 20
+
+    clock[0] += 5  # the evaluation: 5 s, a 20 s pause, 5 s more; HF reports 30 s
+    budget.pause(stop=stopped_for_20_s)
+    clock[0] += 5
+    budget.on_evaluate(args, state, TrainerControl(), metrics={"eval_runtime": 30.0})
+    assert budget.elapsed() == pytest.approx(10)
+    clock[0] += 2  # saving, with a 7 s pause
+    budget.pause(stop=lambda: clock.__setitem__(0, clock[0] + 7))
+    budget.on_save(args, state, TrainerControl())
+    assert budget.elapsed() == pytest.approx(10)
+    clock[0] += 4  # the next step
+    budget.on_step_end(args, state, TrainerControl())
+    assert budget.training_seconds == pytest.approx(14)
+
+
+PAUSED_CHILD = """
+import sys, time
+from types import SimpleNamespace
+from transformers import TrainerControl, TrainerState
+from scratch_transformer.training import WallClockBudgetCallback
+
+budget = WallClockBudgetCallback(max_minutes=1.0)
+args, state = SimpleNamespace(world_size=1), TrainerState()
+budget.on_train_begin(args, state, TrainerControl())
+print("training", flush=True)
+began = time.perf_counter()
+while time.perf_counter() - began < float(sys.argv[1]):  # steps of 10 ms of wall time
+    time.sleep(0.01)
+    budget.on_step_end(args, state, TrainerControl())
+budget.on_train_end(args, state, TrainerControl())
+import signal
+print(time.perf_counter() - began, budget.training_seconds, budget.paused,
+      signal.getsignal(signal.SIGTSTP) is signal.SIG_DFL, flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGTSTP") or not os.path.isdir("/proc/self"),
+                    reason="needs POSIX job control and /proc")
+def test_sigtstp_pauses_a_training_process_without_spending_its_budget():
+    """A real process: SIGTSTP stops it (its own handler sends SIGSTOP), SIGCONT continues it, and the 1.5 s it
+    was stopped are not in its training time; after training SIGTSTP has its default action back."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.quality import _is_stopped
+
+    child = subprocess.Popen([sys.executable, "-c", PAUSED_CHILD, "3"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "training"
+        time.sleep(0.5)
+        child.send_signal(signal.SIGTSTP)
+        deadline = time.perf_counter() + 10
+        while not _is_stopped(child.pid):
+            assert time.perf_counter() < deadline, "the process did not stop"
+            time.sleep(0.01)
+        time.sleep(1.5)
+        assert _is_stopped(child.pid)  # still stopped: nothing continued it
+        child.send_signal(signal.SIGCONT)
+        wall, trained, paused, default_again = child.stdout.readline().split()
+    finally:
+        child.kill()
+        child.wait()
+    assert float(paused) >= 1.5
+    assert float(trained) == pytest.approx(float(wall) - float(paused), abs=0.05)
+    assert float(trained) < float(wall) - 1.4
+    assert default_again == "True"

@@ -199,13 +199,16 @@ def run_interleaved(commands: dict[str, list[str]], log_paths: dict[str, Path], 
             resume), or did not stop within stop_timeout seconds of its SIGTSTP.
     """
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    # Each job in a process group of its own, whose parent (this process) is in another group of the same
+    # session: started from a background shell, the group would be orphaned and the kernel would drop SIGTSTP.
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     procs, handles, active_seconds = {}, {}, {}
     try:
         for name, command in commands.items():
             log(f"[{tag}] {shlex.join(command)}  (log: {log_paths[name]})")
             handles[name] = open(log_paths[name], "w", encoding="utf-8")
             procs[name] = subprocess.Popen(command, cwd=REPO_ROOT, stdout=handles[name], stderr=subprocess.STDOUT,
-                                           env=env)
+                                           env=env, **group)
             active_seconds[name] = 0.0
             _pause(procs[name], stop_timeout)  # its start waits for its turn like the rest
         turn = list(procs)

@@ -295,7 +295,7 @@ def _catalogue(rng):
     for damage, form in itertools.product(DAMAGES, FORMS):
         if form not in DAMAGES[damage]:
             continue
-        split = rng.choice(list(PAIRS)) if damage != "one_column" else "train"
+        split = rng.choice(list(PAIRS) or ["train"]) if damage != "one_column" else "train"  # Multi30k absent: the tests skip
         accepted = (damage, form) in ACCEPTED
         cases[f"data-{form}-{damage}-{split}"] = Case((form, damage, split), names=() if accepted else ("<data>",))
     # 2. bad flags on a valid data form drawn at random

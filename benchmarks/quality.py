@@ -21,6 +21,9 @@ wall time the running one is paused (SIGTSTP, which the job's training clock lea
 models the same mix of fast and slow minutes. Run one after the other (`--interleave_seconds 0`), the two runs
 are half an hour apart, and a host that slows between them moves the steps each reaches, and so the margin.
 
+Interrupted (a crash, a reboot), the same command again resumes each run from its last checkpoint on the same
+schedule (the training clock travels in the checkpoint); the logs are appended to, each start dated.
+
 Prints one Markdown table (parameters, precision, steps, training seconds and seconds per step, validation
 BLEU, test BLEU/chrF of each test set), read from each run's all_results.json and trainer_state.json, and
 writes it with the raw figures to --output_json (default: <output_dir>/quality.json).
@@ -160,7 +163,7 @@ def run_side(command: list[str], log_path: Path, log, tag: str = "quality") -> f
     """
     log(f"[{tag}] {shlex.join(command)}  (log: {log_path})")
     start = time.perf_counter()
-    with open(log_path, "w", encoding="utf-8") as handle:
+    with _open_log(log_path, command) as handle:
         proc = subprocess.run(command, cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT, check=False,
                               env=dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1"))
     seconds = time.perf_counter() - start
@@ -169,6 +172,15 @@ def run_side(command: list[str], log_path: Path, log, tag: str = "quality") -> f
         raise RuntimeError(f"the run failed (exit {proc.returncode}) after {seconds:.0f} s; end of {log_path}:\n{tail}")
     log(f"[{tag}] done in {seconds:.0f} s")
     return seconds
+
+
+def _open_log(log_path: Path, command: list[str]):
+    """The job's log, opened for appending after a line that dates the start: rerun into the same --output_dir,
+    an interrupted job resumes from its last checkpoint, and the log of its first part is kept above."""
+    handle = open(log_path, "a", encoding="utf-8")
+    handle.write(f"[{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC] {shlex.join(command)}\n")
+    handle.flush()
+    return handle
 
 
 def _is_stopped(pid: int) -> bool:
@@ -206,7 +218,7 @@ def run_interleaved(commands: dict[str, list[str]], log_paths: dict[str, Path], 
     try:
         for name, command in commands.items():
             log(f"[{tag}] {shlex.join(command)}  (log: {log_paths[name]})")
-            handles[name] = open(log_paths[name], "w", encoding="utf-8")
+            handles[name] = _open_log(log_paths[name], command)
             procs[name] = subprocess.Popen(command, cwd=REPO_ROOT, stdout=handles[name], stderr=subprocess.STDOUT,
                                            env=env, **group)
             active_seconds[name] = 0.0

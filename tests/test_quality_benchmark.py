@@ -282,6 +282,27 @@ def test_a_failed_interleaved_job_stops_the_benchmark_and_the_other_job(tmp_path
     assert ((tmp_path / "b.times").exists() is False) or float((tmp_path / "b.times").read_text().split()[-1]) == last
 
 
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGTSTP"), reason="needs POSIX job control")
+@pytest.mark.parametrize("interleave", [True, False])
+def test_a_rerun_appends_to_the_logs_so_an_interrupted_runs_first_part_stays(tmp_path, interleave):
+    """A rerun into the same --output_dir resumes the jobs from their checkpoints: their logs keep the first part."""
+    import sys
+
+    logs = {name: tmp_path / f"{name}.log" for name in ("ours", "marian")}
+    for part in ("first part", "second part"):
+        commands = {name: [sys.executable, "-c", f"print('{name} {part}')"] for name in logs}
+        if interleave:
+            quality.run_interleaved(commands, logs, 0.5, lambda msg: None)
+        else:
+            for name, command in commands.items():
+                quality.run_side(command, logs[name], lambda msg: None)
+    for name, path in logs.items():
+        lines = path.read_text().splitlines()
+        assert [line for line in lines if not line.startswith("[")] == [f"{name} first part", f"{name} second part"]
+        starts = [line for line in lines if line.startswith("[")]
+        assert len(starts) == 2 and all(" UTC] " in line and "print(" in line for line in starts)
+
+
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
 def test_interleave_seconds_must_be_zero_or_positive(value, capsys):
     with pytest.raises(SystemExit):

@@ -303,6 +303,29 @@ def test_a_rerun_appends_to_the_logs_so_an_interrupted_runs_first_part_stays(tmp
         assert len(starts) == 2 and all(" UTC] " in line and "print(" in line for line in starts)
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs POSIX file locks")
+def test_a_second_benchmark_into_the_same_output_dir_is_refused_while_the_first_runs(tmp_path):
+    """A rerun meant to resume an interrupted benchmark must not train beside one that is still going."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
+        "from benchmarks import quality; lock = quality._lock_output_dir(Path(sys.argv[1])); "
+        "print('locked', flush=True); time.sleep(60)"), str(tmp_path), str(quality.REPO_ROOT)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RuntimeError, match=f"another benchmarks.quality \\(pid {holder.pid}\\) is running into"):
+            quality._lock_output_dir(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    lock = quality._lock_output_dir(tmp_path)  # the holder is gone: its lock went with it
+    assert lock is not None and (tmp_path / "quality.lock").read_text().strip() == str(__import__("os").getpid())
+    lock.close()
+
+
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
 def test_interleave_seconds_must_be_zero_or_positive(value, capsys):
     with pytest.raises(SystemExit):

@@ -319,6 +319,19 @@ def test_cross_entropy_edge_cases():
     first = torch.autograd.grad(cross_entropy(clean, labels, 0.1), clean, create_graph=True)[0]
     with pytest.raises(RuntimeError, match="once_differentiable|twice|does not require grad"):
         first.sum().backward()
+    # the first backward scales the kept gradient in place: a second one through a retained graph is refused
+    retained = logits.detach().clone().requires_grad_()
+    twice = cross_entropy(retained, labels, 0.1)
+    twice.backward(torch.tensor(0.5), retain_graph=True)
+    torch.testing.assert_close(retained.grad, 0.5 * torch.autograd.grad(reference_cross_entropy(clean, labels, 0.1),
+                                                                        clean)[0])
+    with pytest.raises(RuntimeError, match="second time"):
+        twice.backward()
+    # float32 logits are read in place, not copied: the logits stay as they were after forward and backward
+    kept_logits = logits.detach().clone()
+    source = kept_logits.clone().requires_grad_()
+    cross_entropy(source, labels, 0.1).backward()
+    assert torch.equal(source.detach(), kept_logits)
     # under a torch.func transform the kernel steps aside for torch's own op
     grad_fn = torch.func.grad(lambda x: cross_entropy(x, labels, 0.1))
     torch.testing.assert_close(grad_fn(clean.detach()),

@@ -213,8 +213,9 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
                 if eps:
                     x.sub_(eps / vocab_size)
                 x.scatter_add_(1, y.clamp(min=0)[:, None], x.new_full((y.size(0), 1), -(1.0 - eps)))
-                if not bool(kept.all()):
-                    x.masked_fill_(~kept[:, None], 0.0)
+                unlabelled = (~kept).nonzero().squeeze(1)  # (u,): the rows without loss, padding mostly
+                if unlabelled.numel():
+                    x.index_fill_(0, unlabelled, 0.0)  # those rows only, not a pass over the whole chunk
                 if not in_grad:
                     grad[start : start + chunk_rows] = x  # cast to the logits' dtype
         ctx.gradient = grad  # on ctx, not saved: backward scales it in place and lets it go (see backward)

@@ -23,7 +23,7 @@ are half an hour apart, and a host that slows between them moves the steps each 
 
 Interrupted (a crash, a reboot), the same command again resumes each run from its last checkpoint on the same
 schedule (the training clock travels in the checkpoint); the logs are appended to, each start dated. A second
-benchmark into the same --output_dir while the first still runs is refused (it holds <output_dir>/quality.lock).
+benchmark into the same --output_dir while the first still runs is refused (it holds a lock on the folder).
 
 Prints one Markdown table (parameters, precision, steps, training seconds and seconds per step, validation
 BLEU, test BLEU/chrF of each test set), read from each run's all_results.json and trainer_state.json, and
@@ -364,35 +364,6 @@ def markdown_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _lock_output_dir(out: Path):
-    """An exclusive lock on out/quality.lock for the life of this process (released by the OS when it ends, however
-    it ends), so that a rerun that is meant to resume an interrupted benchmark cannot run beside one still going: two
-    would train into the same checkpoints. Returns the open lock file (None where fcntl is missing).
-
-    Raises:
-        RuntimeError: another benchmarks.quality process holds the lock on out (its pid in the message).
-    """
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        return None
-    handle = open(out / "quality.lock", "a+", encoding="utf-8")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise RuntimeError(f"another benchmarks.quality (pid {holder}) is running into {out}: wait for it to end or "
-                           "stop it (a background job started by a script ignores Ctrl-C: kill PID), or pass another "
-                           "--output_dir") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
-    return handle
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)
@@ -403,7 +374,9 @@ def main(argv=None) -> dict:
     commands, wall = {}, {}
     if not args.report_only:
         out.mkdir(parents=True, exist_ok=True)
-        lock = _lock_output_dir(out)  # held until this process ends
+        from scratch_transformer.checkpoints import lock_output_dir
+
+        lock = lock_output_dir(str(out))  # held until this process ends (each run also locks its own folder)
         marian_folder = None
         if "marian" in sides:
             marian_folder = write_marian_config(out / "marian_config",

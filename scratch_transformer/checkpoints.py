@@ -5,10 +5,13 @@ may be a finished model, a checkpoint of another architecture or a damaged one. 
 looks, and raises ValueError naming the folder and the file, before anything is loaded or written.
 """
 
+import datetime
+import hashlib
 import json
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Sequence
 
 import torch
@@ -153,6 +156,55 @@ def check_resume_checkpoint(checkpoint: str, model=None, needs_tokenizer: bool =
         if key in config and config[key] != getattr(model.config, key):
             raise ValueError(f"checkpoint {checkpoint} does not match the model: config field {key} is "
                              f"{config[key]!r} there but {getattr(model.config, key)!r} here")
+
+
+def lock_output_dir(output_dir: str):
+    """An exclusive lock on output_dir for one run, held until `unlock_output_dir` or the process's end (the OS
+    releases it however the process ends: a kill, a crash).
+
+    Two training runs into one folder would resume from the same checkpoint and train beside each other into the
+    same checkpoints, each rotating the other's away. The lock is a file in the system's temporary folder named
+    after output_dir's absolute, resolved path (nothing is written into output_dir, which is pushed to the Hub as
+    it is), so any path spelling of one folder takes the same lock. Only the process that saves takes it: under
+    torchrun / accelerate that is rank 0, and the other ranks of the same run follow it.
+
+    Args:
+        output_dir: the run's output folder (need not exist yet).
+    Returns:
+        the open lock file, for `unlock_output_dir`; None where the OS has no flock (Windows): no lock there.
+    Raises:
+        ValueError: another process holds the lock on output_dir; the message gives its pid and start time.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return None
+    path = os.path.realpath(os.path.abspath(output_dir))
+    folder = os.path.join(tempfile.gettempdir(), "scratch_transformer-locks")
+    os.makedirs(folder, exist_ok=True)
+    name = hashlib.sha256(path.encode("utf-8")).hexdigest()[:32] + ".lock"
+    handle = open(os.path.join(folder, name), "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "a process that did not say its pid"
+        handle.close()
+        raise ValueError(f"output_dir {output_dir} is in use by another run ({holder}): two runs would train into "
+                         "the same checkpoints. Wait for it to end or stop it (kill PID; a job started in the "
+                         "background by a script ignores Ctrl-C), or choose another --output_dir") from None
+    handle.seek(0)
+    handle.truncate()
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    handle.write(f"pid {os.getpid()}, started {started}, {path}\n")
+    handle.flush()
+    return handle
+
+
+def unlock_output_dir(handle) -> None:
+    """Release a lock from `lock_output_dir` (None: nothing to release)."""
+    if handle is not None and not handle.closed:
+        handle.close()  # closing the file releases the flock; the file stays for the next run to lock
 
 
 def resume_checkpoint_in(training_args) -> str | None:

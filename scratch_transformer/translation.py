@@ -36,9 +36,11 @@ from .arguments import (
 from .checkpoints import (
     average_checkpoints,
     check_resume_checkpoint,
+    lock_output_dir,
     remove_incomplete_checkpoints,
     resume_checkpoint_in,
     sorted_checkpoints,
+    unlock_output_dir,
 )
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .data import load_translation_dataset, release_mapped_pages
@@ -361,10 +363,14 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
     generation_config.json), the tokenizer, all_results.json, generated_predictions.txt,
     training_curve.png and a README.md model card from hub_card.md; pushes the folder when
     --push_to_hub is given. Raises ValueError for bad arguments, data or checkpoints before
-    anything is written; a run that fails leaves no empty output folder behind.
+    anything is written, and while another run writes into the same output_dir (`lock_output_dir`);
+    a run that fails leaves no empty output folder behind.
     """
     created = not os.path.exists(training_args.output_dir)
+    lock = None
     try:
+        if training_args.should_save:  # rank 0 under torchrun / accelerate; refused while another run writes there
+            lock = lock_output_dir(training_args.output_dir)
         return _run_steps(model_args, data_args, training_args)
     except BaseException:
         output_dir = training_args.output_dir
@@ -372,6 +378,8 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
                 not any(files for _, _, files in os.walk(output_dir)):
             shutil.rmtree(output_dir, ignore_errors=True)  # only folders, no file: nothing of value
         raise
+    finally:
+        unlock_output_dir(lock)
 
 
 def _run_steps(model_args, data_args, training_args) -> dict:

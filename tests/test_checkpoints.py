@@ -1,6 +1,8 @@
 """scratch_transformer.checkpoints: complete or half-written checkpoints, resume checks, averaging (paper 6.1)."""
 
 import json
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -13,9 +15,11 @@ from scratch_transformer.checkpoints import (
     is_complete_checkpoint,
     is_complete_safetensors,
     last_complete_checkpoint,
+    lock_output_dir,
     remove_incomplete_checkpoints,
     resume_checkpoint_in,
     sorted_checkpoints,
+    unlock_output_dir,
 )
 
 CONFIG = {"vocab_size": 10, "d_model": 4, "num_heads": 2, "encoder_layers": 1, "decoder_layers": 1, "d_ff": 8}
@@ -128,3 +132,38 @@ def test_an_evaluation_refuses_a_folder_with_files_unless_asked(tmp_path):
         resume_checkpoint_in(args(tmp_path, do_train=False))
     assert resume_checkpoint_in(args(tmp_path, do_train=False, overwrite_output_dir=True)) is None
     assert resume_checkpoint_in(args(tmp_path / "empty", do_train=False)) is None
+
+
+HOLD_LOCK = """
+import sys, time
+from scratch_transformer.checkpoints import lock_output_dir
+handle = lock_output_dir(sys.argv[1])
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_run_into_a_folder_another_process_writes_is_refused(tmp_path):
+    pytest.importorskip("fcntl")
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert not out.exists()  # nothing is written into the output folder itself
+        (tmp_path / "link").symlink_to(tmp_path)
+        for spelling in (out, f"{out}/", tmp_path / "link" / "run", tmp_path / "run" / ".." / "run"):
+            with pytest.raises(ValueError, match=rf"in use by another run \(pid {holder.pid}, started .* UTC"):
+                lock_output_dir(str(spelling))
+        other = lock_output_dir(str(tmp_path / "other"))  # another folder is free
+        unlock_output_dir(other)
+    finally:
+        holder.kill()
+        holder.wait()
+    mine = lock_output_dir(str(out))  # the lock went with the process that held it
+    assert mine is not None
+    with pytest.raises(ValueError, match="in use by another run"):  # a second run in this process too
+        lock_output_dir(str(out))
+    unlock_output_dir(mine)
+    unlock_output_dir(mine)  # twice, or None: nothing happens
+    unlock_output_dir(None)
+    unlock_output_dir(lock_output_dir(str(out)))  # released: the folder can be locked again

@@ -304,26 +304,27 @@ def test_a_rerun_appends_to_the_logs_so_an_interrupted_runs_first_part_stays(tmp
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs POSIX file locks")
-def test_a_second_benchmark_into_the_same_output_dir_is_refused_while_the_first_runs(tmp_path):
+def test_a_second_benchmark_into_the_same_output_dir_is_refused_while_the_first_runs(tmp_path, monkeypatch):
     """A rerun meant to resume an interrupted benchmark must not train beside one that is still going."""
     import subprocess
     import sys
 
+    pytest.importorskip("fcntl")
+    done = []
+    monkeypatch.setattr(quality, "run_interleaved", lambda *args, **kwargs: done.append("trained") or {})
+    monkeypatch.setattr(quality, "read_run", lambda folder: None)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
-        "from benchmarks import quality; lock = quality._lock_output_dir(Path(sys.argv[1])); "
-        "print('locked', flush=True); time.sleep(60)"), str(tmp_path), str(quality.REPO_ROOT)],
+        "import sys, time; from scratch_transformer.checkpoints import lock_output_dir; "
+        "lock = lock_output_dir(sys.argv[1]); print('locked', flush=True); time.sleep(60)"), str(tmp_path)],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(RuntimeError, match=f"another benchmarks.quality \\(pid {holder.pid}\\) is running into"):
-            quality._lock_output_dir(tmp_path)
+        with pytest.raises(ValueError, match=f"in use by another run \\(pid {holder.pid},"):
+            quality.main(["--output_dir", str(tmp_path)])
+        assert done == []  # refused before either run started
     finally:
         holder.kill()
         holder.wait()
-    lock = quality._lock_output_dir(tmp_path)  # the holder is gone: its lock went with it
-    assert lock is not None and (tmp_path / "quality.lock").read_text().strip() == str(__import__("os").getpid())
-    lock.close()
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])

@@ -295,6 +295,27 @@ def test_bad_training_flags_are_refused_before_anything_is_written(tmp_path, ext
     assert not out.exists()
 
 
+def test_a_run_into_a_folder_another_run_writes_is_refused_and_a_finished_run_lets_it_go(tmp_path):
+    """Two runs into one folder would train into the same checkpoints: the second is refused before it reads
+    anything (the first run's pid in the message); a run that ended, however, holds nothing."""
+    import os
+
+    pytest.importorskip("fcntl")
+    from scratch_transformer.checkpoints import lock_output_dir, unlock_output_dir
+
+    out = tmp_path / "run"
+    other_run = lock_output_dir(str(out))  # as a run in progress holds it (here this process: flock is per open file)
+    try:
+        with pytest.raises(ValueError, match=rf"output_dir .*run is in use by another run \(pid {os.getpid()},"):
+            train_translation.main(tiny_run_flags(out, do_eval=False, do_predict=False))
+        assert not out.exists()
+    finally:
+        unlock_output_dir(other_run)
+    train_translation.main(tiny_run_flags(out, do_eval=False, do_predict=False))
+    assert (out / "model.safetensors").is_file()
+    unlock_output_dir(lock_output_dir(str(out)))  # the finished run released it
+
+
 def test_a_failing_start_removes_the_empty_output_folder_it_made(tmp_path, monkeypatch):
     """Whatever fails after the folder was made (here the optimizer), a new folder with no file in it goes."""
     import torch

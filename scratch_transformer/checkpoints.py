@@ -165,13 +165,15 @@ def lock_output_dir(output_dir: str):
     Two training runs into one folder would resume from the same checkpoint and train beside each other into the
     same checkpoints, each rotating the other's away. The lock is a file in the system's temporary folder named
     after output_dir's absolute, resolved path (nothing is written into output_dir, which is pushed to the Hub as
-    it is), so any path spelling of one folder takes the same lock. Only the process that saves takes it: under
-    torchrun / accelerate that is rank 0, and the other ranks of the same run follow it.
+    it is), so any path spelling of one folder takes the same lock; it guards runs of one user on one machine.
+    Only the process that saves takes it: under torchrun / accelerate that is rank 0, and the other ranks of the
+    same run follow it.
 
     Args:
         output_dir: the run's output folder (need not exist yet).
     Returns:
-        the open lock file, for `unlock_output_dir`; None where the OS has no flock (Windows): no lock there.
+        the open lock file, for `unlock_output_dir`; None where the OS has no flock (Windows) or the temporary
+        folder takes no file (a warning is logged): no lock there.
     Raises:
         ValueError: another process holds the lock on output_dir; the message gives its pid and start time.
     """
@@ -180,10 +182,15 @@ def lock_output_dir(output_dir: str):
     except ImportError:  # not POSIX
         return None
     path = os.path.realpath(os.path.abspath(output_dir))
-    folder = os.path.join(tempfile.gettempdir(), "scratch_transformer-locks")
-    os.makedirs(folder, exist_ok=True)
+    user = os.getuid() if hasattr(os, "getuid") else "user"  # one folder per user: another's is not writable
+    folder = os.path.join(tempfile.gettempdir(), f"scratch_transformer-locks-{user}")
     name = hashlib.sha256(path.encode("utf-8")).hexdigest()[:32] + ".lock"
-    handle = open(os.path.join(folder, name), "a+", encoding="utf-8")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        handle = open(os.path.join(folder, name), "a+", encoding="utf-8")
+    except OSError as error:  # a read-only or full temporary folder: train unguarded rather than not at all
+        logger.warning("output_dir %s is not locked against a second run (%s)", output_dir, error)
+        return None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

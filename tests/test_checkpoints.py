@@ -167,3 +167,15 @@ def test_a_second_run_into_a_folder_another_process_writes_is_refused(tmp_path):
     unlock_output_dir(mine)  # twice, or None: nothing happens
     unlock_output_dir(None)
     unlock_output_dir(lock_output_dir(str(out)))  # released: the folder can be locked again
+
+
+def test_an_unwritable_temporary_folder_leaves_the_run_unlocked_not_refused(tmp_path, monkeypatch, caplog):
+    pytest.importorskip("fcntl")
+    import tempfile
+
+    blocked = tmp_path / "not_a_folder"
+    blocked.write_text("a file where the temporary folder should be")
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(blocked))
+    with caplog.at_level("WARNING"):
+        assert lock_output_dir(str(tmp_path / "run")) is None
+    assert "is not locked against a second run" in caplog.text

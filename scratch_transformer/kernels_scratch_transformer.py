@@ -222,8 +222,14 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         return total
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # the saved gradient is not itself differentiable: refuse 2nd order
     def backward(ctx, grad_total: torch.Tensor):
+        if torch.is_grad_enabled():  # backward with create_graph=True: a gradient of this gradient is wanted
+            # the kept gradient is a constant to autograd: a second-order term through it would silently be 0
+            raise RuntimeError(
+                "scratch_transformer's chunked cross-entropy has no second-order gradient (backward or autograd.grad "
+                "with create_graph=True): use torch.nn.functional.cross_entropy for that (torch.func transforms "
+                "already get it)"
+            )
         grad, ctx.gradient = ctx.gradient, None
         if grad is None:  # retain_graph=True and a second backward: the kept gradient was scaled and handed on
             raise RuntimeError(

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 
 import torch
@@ -158,21 +157,29 @@ def check_resume_checkpoint(checkpoint: str, model=None, needs_tokenizer: bool =
                              f"{config[key]!r} there but {getattr(model.config, key)!r} here")
 
 
+def lock_folder() -> str:
+    """Where `lock_output_dir` keeps its lock files: $XDG_CACHE_HOME/scratch_transformer/locks, by default
+    ~/.cache/scratch_transformer/locks (the user's own, unlike a shared temporary folder)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "scratch_transformer", "locks")
+
+
 def lock_output_dir(output_dir: str):
     """An exclusive lock on output_dir for one run, held until `unlock_output_dir` or the process's end (the OS
     releases it however the process ends: a kill, a crash).
 
     Two training runs into one folder would resume from the same checkpoint and train beside each other into the
-    same checkpoints, each rotating the other's away. The lock is a file in the system's temporary folder named
-    after output_dir's absolute, resolved path (nothing is written into output_dir, which is pushed to the Hub as
-    it is), so any path spelling of one folder takes the same lock; it guards runs of one user on one machine.
+    same checkpoints, each rotating the other's away. The lock is a file in the user's cache folder (`lock_folder`)
+    named after output_dir's absolute, resolved path (nothing is written into output_dir, which is pushed to the
+    Hub as it is), so any path spelling of one folder takes the same lock, whatever TMPDIR each run has; it guards
+    the runs of one user (one home folder). DataLoader workers, forked, share the lock and let it go when they end.
     Only the process that saves takes it: under torchrun / accelerate that is rank 0, and the other ranks of the
     same run follow it.
 
     Args:
         output_dir: the run's output folder (need not exist yet).
     Returns:
-        the open lock file, for `unlock_output_dir`; None where the OS has no flock (Windows) or the temporary
+        the open lock file, for `unlock_output_dir`; None where the OS has no flock (Windows) or the cache
         folder takes no file (a warning is logged): no lock there.
     Raises:
         ValueError: another process holds the lock on output_dir; the message gives its pid and start time.
@@ -182,13 +189,14 @@ def lock_output_dir(output_dir: str):
     except ImportError:  # not POSIX
         return None
     path = os.path.realpath(os.path.abspath(output_dir))
-    user = os.getuid() if hasattr(os, "getuid") else "user"  # one folder per user: another's is not writable
-    folder = os.path.join(tempfile.gettempdir(), f"scratch_transformer-locks-{user}")
+    folder = lock_folder()
     name = hashlib.sha256(path.encode("utf-8")).hexdigest()[:32] + ".lock"
     try:
-        os.makedirs(folder, exist_ok=True)
-        handle = open(os.path.join(folder, name), "a+", encoding="utf-8")
-    except OSError as error:  # a read-only or full temporary folder: train unguarded rather than not at all
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        # O_NOFOLLOW: a link planted under the lock's name is refused, not followed and overwritten
+        descriptor = os.open(os.path.join(folder, name), os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        handle = os.fdopen(descriptor, "a+", encoding="utf-8")
+    except OSError as error:  # a read-only or full cache folder: train unguarded rather than not at all
         logger.warning("output_dir %s is not locked against a second run (%s)", output_dir, error)
         return None
     try:

@@ -169,13 +169,41 @@ def test_a_second_run_into_a_folder_another_process_writes_is_refused(tmp_path):
     unlock_output_dir(lock_output_dir(str(out)))  # released: the folder can be locked again
 
 
-def test_an_unwritable_temporary_folder_leaves_the_run_unlocked_not_refused(tmp_path, monkeypatch, caplog):
+def test_an_unwritable_cache_folder_leaves_the_run_unlocked_not_refused(tmp_path, monkeypatch, caplog):
     pytest.importorskip("fcntl")
-    import tempfile
-
     blocked = tmp_path / "not_a_folder"
-    blocked.write_text("a file where the temporary folder should be")
-    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(blocked))
+    blocked.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
     with caplog.at_level("WARNING"):
         assert lock_output_dir(str(tmp_path / "run")) is None
     assert "is not locked against a second run" in caplog.text
+
+
+def test_the_lock_ignores_tmpdir_and_refuses_a_planted_link(tmp_path, monkeypatch):
+    """Two runs with different TMPDIRs (a scheduler's per-job folders) still exclude each other; a link planted
+    under the lock's name is not followed (the file it points to is left as it was)."""
+    pytest.importorskip("fcntl")
+    import hashlib
+    import os
+
+    from scratch_transformer.checkpoints import lock_folder
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ValueError, match=f"in use by another run \\(pid {holder.pid},"):
+            lock_output_dir(str(out))
+    finally:
+        holder.kill()
+        holder.wait()
+    victim = tmp_path / "precious.txt"
+    victim.write_text("precious content")
+    planted = tmp_path / "planted"
+    name = hashlib.sha256(os.path.realpath(str(planted)).encode("utf-8")).hexdigest()[:32] + ".lock"
+    (tmp_path / "cache" / "scratch_transformer" / "locks" / name).symlink_to(victim)
+    assert lock_folder() == str(tmp_path / "cache" / "scratch_transformer" / "locks")
+    assert lock_output_dir(str(planted)) is None  # refused to follow the link: unlocked, with a warning
+    assert victim.read_text() == "precious content"

@@ -191,35 +191,53 @@ def lock_output_dir(output_dir: str):
     path = os.path.realpath(os.path.abspath(output_dir))
     folder = lock_folder()
     name = hashlib.sha256(path.encode("utf-8")).hexdigest()[:32] + ".lock"
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        # O_NOFOLLOW: a link planted under the lock's name is refused, not followed and overwritten
-        descriptor = os.open(os.path.join(folder, name), os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        handle = os.fdopen(descriptor, "a+", encoding="utf-8")
-    except OSError as error:  # a read-only or full cache folder: train unguarded rather than not at all
-        logger.warning("output_dir %s is not locked against a second run (%s)", output_dir, error)
-        return None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "a process that did not say its pid"
+    lock_path = os.path.join(folder, name)
+    for _ in range(10):  # a holder may remove the file between our open and our lock: then open the new one
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            # O_NOFOLLOW: a link planted under the lock's name is refused, not followed and overwritten
+            descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            handle = os.fdopen(descriptor, "a+", encoding="utf-8")
+        except OSError as error:  # a read-only or full cache folder: train unguarded rather than not at all
+            logger.warning("output_dir %s is not locked against a second run (%s)", output_dir, error)
+            return None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "a process that did not say its pid"
+            handle.close()
+            raise ValueError(f"output_dir {output_dir} is in use by another run ({holder}): two runs would train "
+                             "into the same checkpoints. Wait for it to end or stop it (kill PID; a job started in "
+                             "the background by a script ignores Ctrl-C), or choose another --output_dir") from None
+        try:
+            current = os.path.samestat(os.fstat(handle.fileno()), os.stat(lock_path, follow_symlinks=False))
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
         handle.close()
-        raise ValueError(f"output_dir {output_dir} is in use by another run ({holder}): two runs would train into "
-                         "the same checkpoints. Wait for it to end or stop it (kill PID; a job started in the "
-                         "background by a script ignores Ctrl-C), or choose another --output_dir") from None
+    else:
+        logger.warning("output_dir %s is not locked against a second run (its lock file kept changing)", output_dir)
+        return None
     handle.seek(0)
     handle.truncate()
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     handle.write(f"pid {os.getpid()}, started {started}, {path}\n")
     handle.flush()
+    handle.lock_path = lock_path
     return handle
 
 
 def unlock_output_dir(handle) -> None:
-    """Release a lock from `lock_output_dir` (None: nothing to release)."""
+    """Release a lock from `lock_output_dir` (None: nothing to release) and remove its file (a run that was killed
+    leaves the file, unlocked, for the next run to take)."""
     if handle is not None and not handle.closed:
-        handle.close()  # closing the file releases the flock; the file stays for the next run to lock
+        try:
+            os.unlink(handle.lock_path)  # while still locked: a run that opened it now finds it gone and opens anew
+        except FileNotFoundError:
+            pass
+        handle.close()  # closing the file releases the flock
 
 
 def resume_checkpoint_in(training_args) -> str | None:

@@ -1,6 +1,7 @@
 """scratch_transformer.checkpoints: complete or half-written checkpoints, resume checks, averaging (paper 6.1)."""
 
 import json
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -166,7 +167,10 @@ def test_a_second_run_into_a_folder_another_process_writes_is_refused(tmp_path):
     unlock_output_dir(mine)
     unlock_output_dir(mine)  # twice, or None: nothing happens
     unlock_output_dir(None)
-    unlock_output_dir(lock_output_dir(str(out)))  # released: the folder can be locked again
+    again = lock_output_dir(str(out))  # released: the folder can be locked again
+    assert os.path.isfile(again.lock_path)
+    unlock_output_dir(again)
+    assert not os.path.exists(again.lock_path)  # a run that ends leaves no lock file behind
 
 
 def test_an_unwritable_cache_folder_leaves_the_run_unlocked_not_refused(tmp_path, monkeypatch, caplog):

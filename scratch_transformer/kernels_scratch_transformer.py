@@ -187,7 +187,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         accumulate = torch.promote_types(logits.dtype, torch.float32)  # float32, or float64 for float64 logits
         total = torch.zeros((), dtype=accumulate, device=logits.device)
         grad = torch.empty_like(logits) if with_grad else None  # d(total) / d(logits), (n, v)
-        # float32 logits with a gradient to keep: each chunk is worked on in place in its rows of `grad`, read
+        # float32 (float64) logits with a gradient to keep: each chunk is worked on in place in its rows of `grad`, read
         # straight from the logits (no staging copy in, none out); otherwise in one float32 buffer
         in_grad = with_grad and logits.dtype == accumulate
         buffer = None if in_grad else torch.empty(min(chunk_rows, rows), vocab_size, dtype=accumulate,
@@ -267,10 +267,14 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: f
     Returns:
         A float32 (float64) scalar, the sum over rows with labels != -100 (0 with zero gradients when there are none).
         On CPU (`_chunked_cross_entropy_applies`) it is computed CROSS_ENTROPY_CHUNK_ROWS rows at a time in one
-        float32 buffer (in the gradient's own rows for float32 logits that require grad), and when the logits require grad their gradient is computed there too and kept (one
-        (n, v) tensor of the logits' dtype) for backward, which scales it; elsewhere it is F.cross_entropy on the
-        float32 logits. The two agree up to float32 rounding (summation order) and, for bf16 logits, the bf16
-        rounding of the gradient, which torch's own backward also returns in bf16.
+        float32 buffer (for float32 / float64 logits that require grad, in the gradient's own rows), and when the
+        logits require grad their gradient is computed there too and kept (one (n, v) tensor of the logits' dtype)
+        for backward, which scales it in place; elsewhere it is F.cross_entropy on the float32 logits. The two agree
+        up to float32 rounding (summation order) and, for bf16 logits, the bf16 rounding of the gradient, which
+        torch's own backward also returns in bf16.
+    Raises:
+        RuntimeError (in backward, on CPU): a second backward through a retained graph, or create_graph=True (no
+        second-order gradient); the message names which.
     """
     if _chunked_cross_entropy_applies(logits):
         return _ChunkedCrossEntropy.apply(logits, labels, float(label_smoothing), CROSS_ENTROPY_CHUNK_ROWS,

@@ -373,10 +373,10 @@ def main(argv=None) -> dict:
     sides = [args.only] if args.only else list(SIDES)
     commands, wall = {}, {}
     if not args.report_only:
-        out.mkdir(parents=True, exist_ok=True)
         from scratch_transformer.checkpoints import lock_output_dir
 
         lock = lock_output_dir(str(out))  # held until this process ends (each run also locks its own folder)
+        out.mkdir(parents=True, exist_ok=True)  # after the lock: a refused benchmark leaves no folder behind
         marian_folder = None
         if "marian" in sides:
             marian_folder = write_marian_config(out / "marian_config",

@@ -315,13 +315,13 @@ def test_a_second_benchmark_into_the_same_output_dir_is_refused_while_the_first_
     monkeypatch.setattr(quality, "read_run", lambda folder: None)
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from scratch_transformer.checkpoints import lock_output_dir; "
-        "lock = lock_output_dir(sys.argv[1]); print('locked', flush=True); time.sleep(60)"), str(tmp_path)],
+        "lock = lock_output_dir(sys.argv[1]); print('locked', flush=True); time.sleep(60)"), str(tmp_path / "q")],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(ValueError, match=f"in use by another run \\(pid {holder.pid},"):
-            quality.main(["--output_dir", str(tmp_path)])
-        assert done == []  # refused before either run started
+            quality.main(["--output_dir", str(tmp_path / "q")])
+        assert done == [] and not (tmp_path / "q").exists()  # refused before either run started, nothing made
     finally:
         holder.kill()
         holder.wait()

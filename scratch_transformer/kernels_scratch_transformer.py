@@ -255,13 +255,33 @@ def _chunked_cross_entropy_applies(logits: torch.Tensor) -> bool:
     )
 
 
+def _check_cross_entropy_inputs(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float) -> None:
+    """Raise ValueError naming the problem unless logits are (n, v), labels n integer ids in [0, v) or -100, and
+    0 <= label_smoothing < 1."""
+    if logits.dim() != 2:
+        raise ValueError(f"cross_entropy: logits must be (rows, vocab_size), got shape {tuple(logits.shape)}")
+    if labels.dim() != 1 or labels.size(0) != logits.size(0):
+        raise ValueError(f"cross_entropy: labels must be ({logits.size(0)},), one per logits row, got shape "
+                         f"{tuple(labels.shape)}")
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"cross_entropy: labels must be integer ids, got dtype {labels.dtype}")
+    if not 0.0 <= float(label_smoothing) < 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+    labelled = labels[labels != -100]
+    if labelled.numel() and (int(labelled.min()) < 0 or int(labelled.max()) >= logits.size(1)):
+        raise ValueError(
+            f"labels must be in [0, vocab_size={logits.size(1)}) or -100 (no loss), got range "
+            f"[{int(labelled.min())}, {int(labelled.max())}]"
+        )
+
+
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
     """Summed cross-entropy of the labelled rows, in float32 (float64 for float64 logits): F.cross_entropy(logits,
     labels, ignore_index=-100, reduction="sum", label_smoothing=label_smoothing) on logits upcast to float32.
 
     Args:
         logits: (n, v), any floating dtype (bf16 under autocast); the gradient comes back in that dtype.
-        labels: (n,) ids in [0, v), or -100 for rows without loss (checked by the caller).
+        labels: (n,) integer ids in [0, v), or -100 for rows without loss.
         label_smoothing: eps in [0, 1) (paper 5.4): the target is (1 - eps) on the label plus eps / v on every id,
             so a row's loss is lse(x) - (1 - eps) x_y - eps mean_v(x), with lse the log-sum-exp over the v ids.
     Returns:
@@ -273,9 +293,13 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: f
         up to float32 rounding (summation order) and, for bf16 logits, the bf16 rounding of the gradient, which
         torch's own backward also returns in bf16.
     Raises:
+        ValueError: logits not (n, v), labels not n integer ids, an id outside [0, v) other than -100 (-1 would
+            otherwise read as id 0 in the chunked path), label_smoothing outside [0, 1).
         RuntimeError (in backward, on CPU): a second backward through a retained graph, or create_graph=True (no
-        second-order gradient); the message names which.
+            second-order gradient); the message names which.
     """
+    _check_cross_entropy_inputs(logits, labels, label_smoothing)
+    labels = labels.long()  # gather / scatter take int64 ids
     if _chunked_cross_entropy_applies(logits):
         return _ChunkedCrossEntropy.apply(logits, labels, float(label_smoothing), CROSS_ENTROPY_CHUNK_ROWS,
                                           logits.requires_grad and torch.is_grad_enabled())

@@ -342,3 +342,29 @@ def test_cross_entropy_edge_cases():
     unit = torch.autograd.grad(cross_entropy(half, labels, 0.1), half)[0]
     scaled = torch.autograd.grad(cross_entropy(half, labels, 0.1) / 1408, half)[0]
     assert torch.equal(scaled, (unit.float() / 1408).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_cross_entropy_refuses_bad_input_by_name(requires_grad):
+    """Called directly (not through the model), bad labels are refused: -1 would read as id 0 in the chunked path."""
+    from scratch_transformer.kernels_scratch_transformer import cross_entropy
+
+    logits = torch.randn(5, 7, requires_grad=requires_grad)
+    for labels, match in [
+        (torch.tensor([0, 1, -1, 2, -100]), r"labels must be in \[0, vocab_size=7\) or -100 .*got range \[-1, 2\]"),
+        (torch.tensor([0, 1, 7, 2, -100]), r"got range \[0, 7\]"),
+        (torch.tensor([0, 1, 2]), r"labels must be \(5,\), one per logits row, got shape \(3,\)"),
+        (torch.zeros(5, 1, dtype=torch.long), r"got shape \(5, 1\)"),
+        (torch.zeros(5), "labels must be integer ids, got dtype torch.float32"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            cross_entropy(logits, labels, 0.1)
+    with pytest.raises(ValueError, match=r"logits must be \(rows, vocab_size\), got shape \(1, 5, 7\)"):
+        cross_entropy(logits[None], torch.zeros(5, dtype=torch.long))
+    for eps in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="label_smoothing must be in"):
+            cross_entropy(logits, torch.zeros(5, dtype=torch.long), eps)
+    # int32 ids and rows that are all -100 are accepted, with the int64 result
+    ids = torch.tensor([0, 6, -100, 3, 1], dtype=torch.int32)
+    torch.testing.assert_close(cross_entropy(logits, ids, 0.1), reference_cross_entropy(logits, ids.long(), 0.1))
+    assert cross_entropy(logits, torch.full((5,), -100), 0.1).item() == 0.0

@@ -164,6 +164,32 @@ def lock_folder() -> str:
     return os.path.join(cache, "scratch_transformer", "locks")
 
 
+_HELD_LOCKS: set[int] = set()  # descriptors of the lock files this process holds (lock_output_dir)
+
+
+def _drop_inherited_locks() -> None:
+    """In a child made by fork (DataLoader workers, multiprocessing), let go of the parent's output-folder locks.
+
+    A forked child shares each open file, and with it the flock, until it ends: after a kill -9 of a run its
+    workers would keep its folder locked. /dev/null is put over each descriptor (rather than closing it) so that the
+    number stays taken: the parent's file objects, copied into the child, can never close another file of the child
+    that reused it."""
+    if not _HELD_LOCKS:
+        return
+    null = os.open(os.devnull, os.O_RDONLY)
+    for descriptor in _HELD_LOCKS:
+        try:
+            os.dup2(null, descriptor)  # drops the child's share of the lock file (and with it of the flock)
+        except OSError:
+            pass
+    os.close(null)
+    _HELD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
 def lock_output_dir(output_dir: str):
     """An exclusive lock on output_dir for one run, held until `unlock_output_dir` or the process's end (the OS
     releases it however the process ends: a kill, a crash).
@@ -172,7 +198,8 @@ def lock_output_dir(output_dir: str):
     same checkpoints, each rotating the other's away. The lock is a file in the user's cache folder (`lock_folder`)
     named after output_dir's absolute, resolved path (nothing is written into output_dir, which is pushed to the
     Hub as it is), so any path spelling of one folder takes the same lock, whatever TMPDIR each run has; it guards
-    the runs of one user (one home folder). DataLoader workers, forked, share the lock and let it go when they end.
+    the runs of one user (one home folder). A child made by fork (DataLoader workers) does not share the lock
+    (`_drop_inherited_locks`), so a killed run's folder is free at once even while its workers still run down.
     Only the process that saves takes it: under torchrun / accelerate that is rank 0, and the other ranks of the
     same run follow it.
 
@@ -226,6 +253,7 @@ def lock_output_dir(output_dir: str):
     handle.write(f"pid {os.getpid()}, started {started}, {path}\n")
     handle.flush()
     handle.lock_path = lock_path
+    _HELD_LOCKS.add(handle.fileno())
     return handle
 
 
@@ -233,6 +261,7 @@ def unlock_output_dir(handle) -> None:
     """Release a lock from `lock_output_dir` (None: nothing to release) and remove its file (a run that was killed
     leaves the file, unlocked, for the next run to take)."""
     if handle is not None and not handle.closed:
+        _HELD_LOCKS.discard(handle.fileno())
         try:
             os.unlink(handle.lock_path)  # while still locked: a run that opened it now finds it gone and opens anew
         except FileNotFoundError:

@@ -173,6 +173,49 @@ def test_a_second_run_into_a_folder_another_process_writes_is_refused(tmp_path):
     assert not os.path.exists(again.lock_path)  # a run that ends leaves no lock file behind
 
 
+HOLD_LOCK_WITH_WORKER = """
+import multiprocessing, sys, time
+from scratch_transformer.checkpoints import lock_output_dir
+handle = lock_output_dir(sys.argv[1])
+worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(120,))  # as a DataLoader worker
+worker.start()
+print("locked", worker.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_runs_forked_workers_do_not_keep_its_folder_locked(tmp_path):
+    """A forked child (DataLoader worker) drops its share of the lock: kill -9 of the run frees the folder at once,
+    while the worker still runs; the run itself keeps the lock while it lives."""
+    pytest.importorskip("fcntl")
+    import signal
+
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK_WITH_WORKER, str(out)], stdout=subprocess.PIPE,
+                              text=True)
+    worker_pid = None
+    try:
+        word, worker_pid = holder.stdout.readline().split()
+        worker_pid = int(worker_pid)
+        assert word == "locked"
+        with pytest.raises(ValueError, match=rf"in use by another run \(pid {holder.pid},"):  # held after the fork
+            lock_output_dir(str(out))
+        holder.kill()
+        holder.wait()
+        os.kill(worker_pid, 0)  # the worker is still alive (orphaned) ...
+        mine = lock_output_dir(str(out))  # ... and the folder is free all the same
+        assert mine is not None
+        unlock_output_dir(mine)
+    finally:
+        holder.kill()
+        holder.wait()
+        if worker_pid is not None:
+            try:
+                os.kill(worker_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def test_an_unwritable_cache_folder_leaves_the_run_unlocked_not_refused(tmp_path, monkeypatch, caplog):
     pytest.importorskip("fcntl")
     blocked = tmp_path / "not_a_folder"

@@ -371,11 +371,21 @@ def main(argv=None) -> dict:
     with open(REPO_ROOT / args.config, encoding="utf-8") as handle:
         shipped = json.load(handle)
     sides = [args.only] if args.only else list(SIDES)
+    from scratch_transformer.checkpoints import lock_output_dir, unlock_output_dir
+
+    # held until the table is written (each run also locks its own folder); released (and its file removed) however
+    # main ends
+    lock = None if args.report_only else lock_output_dir(str(out))
+    try:
+        return _train_and_report(args, argv, out, shipped, sides, log)
+    finally:
+        unlock_output_dir(lock)
+
+
+def _train_and_report(args, argv, out: Path, shipped: dict, sides: list[str], log) -> dict:
+    """main's work once it holds the output folder: the runs (unless --report_only), then the table."""
     commands, wall = {}, {}
     if not args.report_only:
-        from scratch_transformer.checkpoints import lock_output_dir
-
-        lock = lock_output_dir(str(out))  # held until this process ends (each run also locks its own folder)
         out.mkdir(parents=True, exist_ok=True)  # after the lock: a refused benchmark leaves no folder behind
         marian_folder = None
         if "marian" in sides:

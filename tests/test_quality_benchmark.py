@@ -309,14 +309,17 @@ def test_a_second_benchmark_into_the_same_output_dir_is_refused_while_the_first_
     import subprocess
     import sys
 
+    import os
+
     pytest.importorskip("fcntl")
     done = []
     monkeypatch.setattr(quality, "run_interleaved", lambda *args, **kwargs: done.append("trained") or {})
     monkeypatch.setattr(quality, "read_run", lambda folder: None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the killed holder's lock file stays in there
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from scratch_transformer.checkpoints import lock_output_dir; "
         "lock = lock_output_dir(sys.argv[1]); print('locked', flush=True); time.sleep(60)"), str(tmp_path / "q")],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ))
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(ValueError, match=f"in use by another run \\(pid {holder.pid},"):
@@ -353,7 +356,10 @@ def test_both_sides_take_turns_unless_interleave_is_0(tmp_path, monkeypatch, int
 
     monkeypatch.setattr(quality, "run_interleaved", fake_interleaved)
     monkeypatch.setattr(quality, "run_side", fake_side)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     result = quality.main(["--output_dir", str(tmp_path), "--interleave_seconds", interleave])
+    # main let go of its folder's lock when it ended, and removed the file: a rerun takes it at once
+    assert list((tmp_path / "cache" / "scratch_transformer" / "locks").iterdir()) == []
     if interleave == "60":
         assert calls == [("interleaved", ("ours", "marian"), 60.0)]
         assert "The runs took turns on the machine, 60 s of wall time each" in result["table"]

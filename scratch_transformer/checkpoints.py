@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -164,26 +165,29 @@ def lock_folder() -> str:
     return os.path.join(cache, "scratch_transformer", "locks")
 
 
-_HELD_LOCKS: set[int] = set()  # descriptors of the lock files this process holds (lock_output_dir)
+_HELD_LOCKS = weakref.WeakSet()  # the open lock files of lock_output_dir in this process (a closed one drops out)
 
 
 def _drop_inherited_locks() -> None:
     """In a child made by fork (DataLoader workers, multiprocessing), let go of the parent's output-folder locks.
 
     A forked child shares each open file, and with it the flock, until it ends: after a kill -9 of a run its
-    workers would keep its folder locked. /dev/null is put over each descriptor (rather than closing it) so that the
-    number stays taken: the parent's file objects, copied into the child, can never close another file of the child
-    that reused it."""
-    if not _HELD_LOCKS:
+    workers would keep its folder locked. /dev/null is put over each lock file's descriptor (rather than closing it)
+    so that the number stays taken: the parent's file objects, copied into the child, can never close another file
+    of the child that reused it. Only a handle still open on its lock file is touched (a number the parent closed
+    and reused for another file is left alone)."""
+    held = [handle for handle in _HELD_LOCKS if not handle.closed]
+    _HELD_LOCKS.clear()
+    if not held:
         return
     null = os.open(os.devnull, os.O_RDONLY)
-    for descriptor in _HELD_LOCKS:
+    for handle in held:
         try:
-            os.dup2(null, descriptor)  # drops the child's share of the lock file (and with it of the flock)
-        except OSError:
+            if os.path.samestat(os.fstat(handle.fileno()), handle.lock_stat):
+                os.dup2(null, handle.fileno())  # drops the child's share of the lock file (and with it of the flock)
+        except (OSError, ValueError):
             pass
     os.close(null)
-    _HELD_LOCKS.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -252,8 +256,8 @@ def lock_output_dir(output_dir: str):
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     handle.write(f"pid {os.getpid()}, started {started}, {path}\n")
     handle.flush()
-    handle.lock_path = lock_path
-    _HELD_LOCKS.add(handle.fileno())
+    handle.lock_path, handle.lock_pid, handle.lock_stat = lock_path, os.getpid(), os.fstat(handle.fileno())
+    _HELD_LOCKS.add(handle)
     return handle
 
 
@@ -261,12 +265,13 @@ def unlock_output_dir(handle) -> None:
     """Release a lock from `lock_output_dir` (None: nothing to release) and remove its file (a run that was killed
     leaves the file, unlocked, for the next run to take)."""
     if handle is not None and not handle.closed:
-        _HELD_LOCKS.discard(handle.fileno())
-        try:
-            os.unlink(handle.lock_path)  # while still locked: a run that opened it now finds it gone and opens anew
-        except FileNotFoundError:
-            pass
-        handle.close()  # closing the file releases the flock
+        _HELD_LOCKS.discard(handle)
+        if handle.lock_pid == os.getpid():  # not in a forked child, whose copy holds nothing: the file is the run's
+            try:
+                os.unlink(handle.lock_path)  # while still locked: a run that opened it now finds it gone, opens anew
+            except FileNotFoundError:
+                pass
+        handle.close()  # closing the file releases the flock (in a forked child: closes its /dev/null)
 
 
 def resume_checkpoint_in(training_args) -> str | None:

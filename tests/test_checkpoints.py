@@ -216,6 +216,44 @@ def test_a_killed_runs_forked_workers_do_not_keep_its_folder_locked(tmp_path):
                 pass
 
 
+def _in_forked_child(work) -> bytes:
+    """Run work() in a child made by os.fork; return the bytes it returns (through a pipe)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        try:
+            os.write(write_end, work())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        out = pipe.read()
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_the_fork_hook_touches_only_open_lock_files_and_a_child_never_unlocks_the_run(tmp_path, monkeypatch):
+    pytest.importorskip("fcntl")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # a lock file closed without unlock_output_dir: its number, reused by another file, is left alone in a child
+    closed = lock_output_dir(str(tmp_path / "a"))
+    number = closed.fileno()
+    closed.close()
+    data_file = tmp_path / "data.bin"
+    data_file.write_bytes(b"payload")
+    with open(data_file, "rb") as data:
+        assert data.fileno() == number  # the freed number was reused
+        assert _in_forked_child(lambda: data.read()) == b"payload"
+    # a forked child that unlocks (a finally run down in a worker) neither frees nor removes the run's lock
+    held = lock_output_dir(str(tmp_path / "b"))
+    assert _in_forked_child(lambda: (unlock_output_dir(held), b"done")[1]) == b"done"
+    assert os.path.isfile(held.lock_path)
+    with pytest.raises(ValueError, match="in use by another run"):
+        lock_output_dir(str(tmp_path / "b"))
+    unlock_output_dir(held)
+    assert not os.path.exists(held.lock_path)
+
+
 def test_an_unwritable_cache_folder_leaves_the_run_unlocked_not_refused(tmp_path, monkeypatch, caplog):
     pytest.importorskip("fcntl")
     blocked = tmp_path / "not_a_folder"

@@ -15,6 +15,8 @@ beside the weights and `from_pretrained(..., trust_remote_code=True)` loads it w
   64-bit random number instead of torch's one Bernoulli draw per value, which runs serially on CPU.
 """
 
+import numbers
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -249,30 +251,50 @@ def _chunked_cross_entropy_applies(logits: torch.Tensor) -> bool:
         and logits.is_floating_point()
         and logits.dim() == 2
         and logits.size(0) > 0
+        and logits.size(1) > 0
         and not torch._C._are_functorch_transforms_active()
         and not torch.jit.is_tracing()
         and not torch.compiler.is_compiling()
     )
 
 
-def _check_cross_entropy_inputs(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float) -> None:
-    """Raise ValueError naming the problem unless logits are (n, v), labels n integer ids in [0, v) or -100, and
-    0 <= label_smoothing < 1."""
-    if logits.dim() != 2:
-        raise ValueError(f"cross_entropy: logits must be (rows, vocab_size), got shape {tuple(logits.shape)}")
+def check_labels(labels: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Target ids for a loss over vocab_size classes, checked: any shape, integer ids in [0, vocab_size) or -100.
+
+    Returns:
+        labels as int64 (the ids gather and F.cross_entropy take).
+    Raises:
+        ValueError: labels not of an integer dtype, or an id outside [0, vocab_size) other than -100 (the message
+            gives the range found). Under a torch.func transform (vmap cannot index by a mask) the ids are left to
+            torch's own op to check.
+    """
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"labels must be integer ids, got dtype {labels.dtype}")
+    labels = labels.long()
+    if not torch._C._are_functorch_transforms_active():
+        labelled = labels[labels != -100]
+        if labelled.numel() and (int(labelled.min()) < 0 or int(labelled.max()) >= vocab_size):
+            raise ValueError(
+                f"labels must be in [0, vocab_size={vocab_size}) or -100 (no loss), got range "
+                f"[{int(labelled.min())}, {int(labelled.max())}]"
+            )
+    return labels
+
+
+def _check_cross_entropy_inputs(logits: torch.Tensor, labels: torch.Tensor, label_smoothing) -> torch.Tensor:
+    """labels as int64 after checking that logits are floating (n, v), labels n ids (`check_labels`) and
+    label_smoothing a number in [0, 1); raises ValueError naming the problem."""
+    if logits.dim() != 2 or not logits.is_floating_point():
+        raise ValueError(f"cross_entropy: logits must be floating-point (rows, vocab_size), got shape "
+                         f"{tuple(logits.shape)} of {logits.dtype}")
     if labels.dim() != 1 or labels.size(0) != logits.size(0):
         raise ValueError(f"cross_entropy: labels must be ({logits.size(0)},), one per logits row, got shape "
                          f"{tuple(labels.shape)}")
-    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        raise ValueError(f"cross_entropy: labels must be integer ids, got dtype {labels.dtype}")
-    if not 0.0 <= float(label_smoothing) < 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
-    labelled = labels[labels != -100]
-    if labelled.numel() and (int(labelled.min()) < 0 or int(labelled.max()) >= logits.size(1)):
-        raise ValueError(
-            f"labels must be in [0, vocab_size={logits.size(1)}) or -100 (no loss), got range "
-            f"[{int(labelled.min())}, {int(labelled.max())}]"
-        )
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real) or not (
+        0.0 <= label_smoothing < 1.0
+    ):
+        raise ValueError(f"label_smoothing must be a number in [0, 1), got {label_smoothing!r}")
+    return check_labels(labels, logits.size(1))
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
@@ -293,13 +315,13 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: f
         up to float32 rounding (summation order) and, for bf16 logits, the bf16 rounding of the gradient, which
         torch's own backward also returns in bf16.
     Raises:
-        ValueError: logits not (n, v), labels not n integer ids, an id outside [0, v) other than -100 (-1 would
-            otherwise read as id 0 in the chunked path), label_smoothing outside [0, 1).
+        ValueError: logits not floating (n, v), labels not n integer ids, an id outside [0, v) other than -100 (-1
+            would otherwise read as id 0 in the chunked path), label_smoothing not a number in [0, 1).
         RuntimeError (in backward, on CPU): a second backward through a retained graph, or create_graph=True (no
             second-order gradient); the message names which.
     """
-    _check_cross_entropy_inputs(logits, labels, label_smoothing)
-    labels = labels.long()  # gather / scatter take int64 ids
+    labels = _check_cross_entropy_inputs(logits, labels, label_smoothing)  # (n,) int64: gather / scatter take them
+    label_smoothing = float(label_smoothing)
     if _chunked_cross_entropy_applies(logits):
         return _ChunkedCrossEntropy.apply(logits, labels, float(label_smoothing), CROSS_ENTROPY_CHUNK_ROWS,
                                           logits.requires_grad and torch.is_grad_enabled())

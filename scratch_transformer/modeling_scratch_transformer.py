@@ -35,6 +35,7 @@ from transformers.modeling_outputs import (
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .kernels_scratch_transformer import (  # the same results as layer(x), F.dropout, F.cross_entropy, faster on CPU
+    check_labels,
     cross_entropy,
     dropout,
     dropout_values,
@@ -710,10 +711,14 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
             Seq2SeqLMOutput: logits (b, t, v), loss (cross-entropy over labels != -100, in nats per
             labelled token) when labels are given, cache, encoder_last_hidden_state, attentions when asked.
         Raises:
-            ValueError: labels not of shape (b, t) matching the logits, ids outside [0, v) other than -100,
-                label_smoothing outside [0, 1) (and the ScratchTransformerModel.forward errors).
+            ValueError: labels not 2-D integer ids (b, t) matching the logits, ids outside [0, v) other than -100
+                (checked before they are shifted into decoder inputs), label_smoothing outside [0, 1) (and the
+                ScratchTransformerModel.forward errors).
         """
-        if labels is not None:
+        if labels is not None:  # checked before they are shifted into decoder inputs
+            if labels.dim() != 2:
+                raise ValueError(f"labels must be (batch, target length), got shape {tuple(labels.shape)}")
+            labels = check_labels(labels, self.config.vocab_size)
             use_cache = False
             if decoder_input_ids is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)

@@ -359,11 +359,23 @@ def test_cross_entropy_refuses_bad_input_by_name(requires_grad):
     ]:
         with pytest.raises(ValueError, match=match):
             cross_entropy(logits, labels, 0.1)
-    with pytest.raises(ValueError, match=r"logits must be \(rows, vocab_size\), got shape \(1, 5, 7\)"):
+    with pytest.raises(ValueError, match=r"logits must be floating-point \(rows, vocab_size\), got shape \(1, 5, 7\)"):
         cross_entropy(logits[None], torch.zeros(5, dtype=torch.long))
-    for eps in (-0.1, 1.0):
-        with pytest.raises(ValueError, match="label_smoothing must be in"):
+    with pytest.raises(ValueError, match=r"logits must be floating-point .*of torch.int64"):
+        cross_entropy(torch.randint(0, 5, (5, 7)), torch.zeros(5, dtype=torch.long))
+    for eps in (-0.1, 1.0, float("nan"), True, "0.1", None):
+        with pytest.raises(ValueError, match="label_smoothing must be a number in"):
             cross_entropy(logits, torch.zeros(5, dtype=torch.long), eps)
+    # unsigned ids of any width are read as int64; a vocabulary of 0 with no labelled row is a loss of 0
+    for dtype in (torch.uint8, torch.uint16):
+        torch.testing.assert_close(cross_entropy(logits, torch.tensor([0, 6, 2, 3, 1], dtype=dtype), 0.1),
+                                   reference_cross_entropy(logits, torch.tensor([0, 6, 2, 3, 1]), 0.1))
+    assert cross_entropy(torch.randn(5, 0), torch.full((5,), -100)).item() == 0.0
+    # under vmap, over the labels too (a mask cannot be batched: the ids are left to torch's op there)
+    batched = torch.func.vmap(lambda x, y: cross_entropy(x, y, 0.1))(logits.detach()[None].expand(3, 5, 7),
+                                                                      torch.tensor([0, 6, -100, 3, 1]).expand(3, 5))
+    torch.testing.assert_close(batched, reference_cross_entropy(logits.detach(), torch.tensor([0, 6, -100, 3, 1]),
+                                                                0.1).expand(3))
     # int32 ids and rows that are all -100 are accepted, with the int64 result
     ids = torch.tensor([0, 6, -100, 3, 1], dtype=torch.int32)
     torch.testing.assert_close(cross_entropy(logits, ids, 0.1), reference_cross_entropy(logits, ids.long(), 0.1))

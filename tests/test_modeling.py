@@ -572,7 +572,7 @@ def test_cross_entropy_loss_with_label_smoothing_is_hf_label_smoother():
             plain = cross_entropy_loss(logits, labels, num_items)
             assert abs(loss.item() - plain.item()) > 0.01  # smoothing changed the value: the argument is used
     for bad in (-0.1, 1.0):
-        with pytest.raises(ValueError, match="label_smoothing must be in"):
+        with pytest.raises(ValueError, match="label_smoothing must be a number in"):
             cross_entropy_loss(logits, labels, label_smoothing=bad)
 
 
@@ -677,3 +677,27 @@ def test_init_std_none_is_the_papers_init_and_a_float_is_normal_everywhere():
 def test_init_std_must_be_a_positive_number(value):
     with pytest.raises(ValueError, match="init_std must be a positive number"):
         ScratchTransformerConfig(init_std=value)
+
+
+def test_bad_labels_are_refused_by_name_before_they_become_decoder_inputs():
+    """Without decoder_input_ids the labels are shifted into the decoder's inputs: they are checked first, so a
+    wrong shape or id is named as the labels' fault, not a deep IndexError or an input-ids message."""
+    model = tester.model()
+    input_ids, attention_mask, labels = tester.inputs()
+    for bad, match in [
+        (labels[0], r"labels must be \(batch, target length\), got shape \(7,\)"),
+        (labels[None], r"got shape \(1, 3, 7\)"),
+        (labels.float(), "labels must be integer ids, got dtype torch.float32"),
+        (labels.bool(), "labels must be integer ids, got dtype torch.bool"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            model(input_ids=input_ids, attention_mask=attention_mask, labels=bad)
+    mid = labels.clone()
+    mid[1, 3] = -5
+    with pytest.raises(ValueError, match=r"labels must be in \[0, vocab_size=40\) or -100 .*got range \[-5,"):
+        model(input_ids=input_ids, attention_mask=attention_mask, labels=mid)
+    # int32 labels with -100 give the same loss as int64 ones
+    padded = labels.clone()
+    padded[2, 4:] = -100
+    torch.testing.assert_close(model(input_ids=input_ids, attention_mask=attention_mask, labels=padded.int()).loss,
+                               model(input_ids=input_ids, attention_mask=attention_mask, labels=padded).loss)

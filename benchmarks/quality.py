@@ -10,8 +10,7 @@ Writes a MarianConfig folder with the settings of the anchor run (docs: shared/d
 ReLU, scaled embeddings, one embedding for encoder, decoder and output layer, activation dropout 0, layerdrop 0,
 positions for the longest sequence, no forced EOS, so that both models decode the same way) at ours' size
 (the config's --config_overrides, or the one passed through), then runs
-`scripts/train_translation.py configs/multi30k_de_en.json` twice with the same flags: as shipped (ours) and with `--config_name <that folder> --config_overrides "" --late_dropout 0
---long_run_dropout 0` (Marian, whose dropout stays the anchor's throughout). Same data, tokenizer settings,
+`scripts/train_translation.py configs/multi30k_de_en.json` twice with the same flags: as shipped (ours) and with `--config_name <that folder> --config_overrides "" --long_run_dropout 0` (Marian, whose dropout stays the anchor's throughout). Same data, tokenizer settings,
 batches, learning-rate schedule, precision (auto) and training-time budget; the pipeline gives both models the
 tokenizer's vocabulary size and special ids, and the decoder starts from bos in both.
 
@@ -150,8 +149,7 @@ def run_command(args, side: str, marian_folder: Path | None) -> list[str]:
         command += ["--max_train_minutes", f"{args.max_train_minutes:g}"]
     command += args.passthrough
     if side == "marian":  # the anchor's Marian: its config's dropout throughout (and its layers call F.dropout)
-        command += ["--config_name", str(marian_folder), "--config_overrides", "", "--late_dropout", "0",
-                    "--long_run_dropout", "0"]
+        command += ["--config_name", str(marian_folder), "--config_overrides", "", "--long_run_dropout", "0"]
     return command
 
 
@@ -350,7 +348,7 @@ def markdown_table(result: dict) -> str:
                                                      if run.get("projected_epochs") is not None else "")
                 for side, run in result["runs"].items() if run and run.get("final_dropout") is not None]
     if dropouts:
-        lines += ["", "Dropout at the end of training (late or long-run dropout): " + ", ".join(dropouts) + "."]
+        lines += ["", "Dropout at the end of training (long-run dropout): " + ", ".join(dropouts) + "."]
     if result.get("passthrough"):
         lines += ["", f"Flags passed to both runs: `{shlex.join(result['passthrough'])}`."]
         if _flag_value(result["passthrough"], "config_overrides") is not None:

@@ -59,19 +59,6 @@ class ModelArguments:
                           "saved in every checkpoint) and keep it at the end if its validation BLEU is the highest "
                           "of the last checkpoint, the average and it. 0: off."},
     )
-    late_dropout: float = field(
-        default=0.0,
-        metadata={"help": "Late dropout: move the model's dropout (config dropout: embeddings and sublayers) linearly "
-                          "to this value between epochs --late_dropout_start_epoch and --late_dropout_end_epoch, "
-                          "as the model starts to memorise the training set. 0: off (the config's dropout "
-                          "throughout)."},
-    )
-    late_dropout_start_epoch: float = field(
-        default=5.0, metadata={"help": "Late dropout: the epoch (passes over the training data) where the rise begins."}
-    )
-    late_dropout_end_epoch: float = field(
-        default=15.0, metadata={"help": "Late dropout: the epoch where --late_dropout is reached."}
-    )
     long_run_dropout: float = field(
         default=0.0,
         metadata={"help": "Dropout (config dropout: embeddings and sublayers) for a long run: used instead of the "
@@ -97,19 +84,10 @@ class ModelArguments:
                              f"{self.average_last_checkpoints}")
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"ema_decay must be in [0, 1) (0: off; e.g. 0.999), got {self.ema_decay}")
-        if not 0 <= self.late_dropout < 1:
-            raise ValueError(f"late_dropout must be in [0, 1) (0: off; e.g. 0.3), got {self.late_dropout}")
-        start, end = self.late_dropout_start_epoch, self.late_dropout_end_epoch
-        if not (0 <= start <= end and math.isfinite(end)):
-            raise ValueError(f"late_dropout_start_epoch and late_dropout_end_epoch must satisfy 0 <= start <= end "
-                             f"(finite), got {start} and {end}")
         if not 0 <= self.long_run_dropout < 1:
             raise ValueError(f"long_run_dropout must be in [0, 1) (0: off; e.g. 0.2), got {self.long_run_dropout}")
         if not 0 < self.long_run_min_epochs < math.inf:
             raise ValueError(f"long_run_min_epochs must be positive and finite, got {self.long_run_min_epochs}")
-        if self.long_run_dropout and self.late_dropout:
-            raise ValueError("--late_dropout and --long_run_dropout both set the model's dropout during training: "
-                             "pass one of them (the other at 0)")
         if self.attn_implementation not in ("sdpa", "eager"):
             raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', got {self.attn_implementation!r}")
 

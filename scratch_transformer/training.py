@@ -87,6 +87,11 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
     same machine.
     """
 
+    @staticmethod
+    def clock() -> float:
+        """Seconds on a monotonic clock (time.perf_counter); tests replace it to give each step a known length."""
+        return time.perf_counter()
+
     def __init__(self, max_minutes: float):
         if max_minutes <= 0:
             raise ValueError(f"max_minutes must be positive, got {max_minutes}")
@@ -108,7 +113,7 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
         """Training seconds so far (this process's clock), evaluation excluded, earlier run segments included."""
         if self.start is None:
             return self.offset
-        return self.offset + time.perf_counter() - self.start - self.excluded - self.paused
+        return self.offset + self.clock() - self.start - self.excluded - self.paused
 
     def progress(self) -> float:
         """Fraction of the budget used at the end of the last step, in [0, 1] (the same on every process)."""
@@ -122,7 +127,7 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
         if self.offset > 0:  # a fresh run's state holds the callback too, with 0 s
             logger.info("resuming the training-time budget at %.1f of %.1f min", self.offset / 60,
                         self.max_seconds / 60)
-        self.start, self.excluded, self.paused, self._pauses = time.perf_counter(), 0.0, 0.0, []
+        self.start, self.excluded, self.paused, self._pauses = self.clock(), 0.0, 0.0, []
         self._step_end, self._excluded_at_step_end = None, 0.0
         self.training_seconds = self.elapsed_at_last_step = self.offset
         self._handle_sigtstp()
@@ -137,9 +142,9 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
         Returns:
             the seconds the process was stopped.
         """
-        stopped = time.perf_counter()
+        stopped = self.clock()
         (stop or (lambda: os.kill(os.getpid(), signal.SIGSTOP)))()  # returns once SIGCONT has come
-        resumed = time.perf_counter()
+        resumed = self.clock()
         self.paused += resumed - stopped
         self._pauses.append((stopped, resumed))
         logger.info("paused for %.1f s (left out of the training time)", resumed - stopped)
@@ -163,7 +168,7 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         # eval_runtime counts a pause during the evaluation too, which `paused` already leaves out
-        runtime, now = float((metrics or {}).get("eval_runtime", 0.0)), time.perf_counter()
+        runtime, now = float((metrics or {}).get("eval_runtime", 0.0)), self.clock()
         self.excluded += max(0.0, runtime - self._paused_within(now - runtime, now))
 
     def on_save(self, args, state, control, **kwargs):
@@ -171,7 +176,7 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
         # the save itself) is left out. Under load a save can take a large part of a short budget, which
         # would cut the decay short by the time it took.
         if self.start is not None and self._step_end is not None:
-            now = time.perf_counter()
+            now = self.clock()
             window = now - self._step_end - self._paused_within(self._step_end, now)  # pauses: in `paused`
             self.excluded = max(self.excluded, self._excluded_at_step_end + window)
 
@@ -186,7 +191,7 @@ class WallClockBudgetCallback(TrainerCallback, ExportableState):
 
             elapsed = broadcast_object_list([elapsed], from_process=0)[0]
         self.elapsed_at_last_step = elapsed
-        self._step_end, self._excluded_at_step_end = time.perf_counter(), self.excluded
+        self._step_end, self._excluded_at_step_end = self.clock(), self.excluded
         self._pauses = []
         if elapsed >= self.max_seconds:
             logger.info("training-time budget of %.1f min reached at step %d", self.max_seconds / 60,
@@ -286,73 +291,6 @@ def config_dropout_modules(model, option: str) -> tuple[float, list[torch.nn.Dro
                          f"this {type(model).__name__} has none (its layers may call F.dropout): leave "
                          f"--{option} at 0 for it")
     return base, modules
-
-
-class LateDropoutCallback(TrainerCallback):
-    """Dropout that rises with the passes over the training data ("late dropout", Liu et al. 2023, "Dropout
-    Reduces Underfitting", section 5): the paper's residual and embedding dropout (5.4) starts at the model's
-    `config.dropout` and moves linearly to `late_dropout` between epochs `start_epoch` and `end_epoch`.
-
-    A small model on a small set (Multi30k: 29,000 pairs) learns fastest with little dropout and starts to
-    memorise after about ten passes, when stronger dropout pays; how many passes a time budget allows depends
-    on the machine. The dropout follows the epochs done (`state.epoch`), so a run that never gets past
-    `start_epoch` trains exactly as without it, and a resumed run takes up the same schedule (the epoch
-    travels in the checkpoint). It sets the `p` of every `nn.Dropout` module whose p is `config.dropout` at
-    the start (ours: the embedding and sublayer dropouts; attention dropout is left alone) before each step,
-    and puts `config.dropout` back at the end of training, so the saved config is the model's own.
-
-    Dropout at epoch e: config.dropout + (late_dropout - config.dropout) * clip((e - start) / (end - start), 0, 1)
-    (a step at `start_epoch` when the two epochs are equal).
-
-    Args:
-        model: the model to train (its `config.dropout` is the starting value).
-        late_dropout: the dropout reached at `end_epoch`, in [0, 1).
-        start_epoch, end_epoch: where the rise begins and ends, in epochs, 0 <= start <= end.
-    Raises:
-        ValueError: a value out of range, or a model without `nn.Dropout` modules at `config.dropout` (e.g.
-            transformers' Marian, whose layers call F.dropout).
-    """
-
-    def __init__(self, model, late_dropout: float, start_epoch: float, end_epoch: float):
-        if not 0 <= late_dropout < 1:
-            raise ValueError(f"late_dropout must be in [0, 1), got {late_dropout}")
-        if not 0 <= start_epoch <= end_epoch or not end_epoch < float("inf"):
-            raise ValueError(f"late dropout epochs must satisfy 0 <= start <= end < inf, got start {start_epoch} "
-                             f"and end {end_epoch}")
-        self.base, self.modules = config_dropout_modules(model, "late_dropout")
-        self.target, self.start, self.end = float(late_dropout), float(start_epoch), float(end_epoch)
-        self.current: float | None = None
-
-    def dropout_at(self, epoch: float) -> float:
-        """The dropout for a step taken after `epoch` passes over the training data."""
-        if self.end == self.start:
-            fraction = 1.0 if epoch >= self.start else 0.0
-        else:
-            fraction = min(max((epoch - self.start) / (self.end - self.start), 0.0), 1.0)
-        return self.base + (self.target - self.base) * fraction
-
-    def _set(self, p: float) -> None:
-        for module in self.modules:
-            module.p = p
-        if self.current is None or round(p, 2) != round(self.current, 2):
-            logger.info("dropout %.3f (late dropout: %g -> %g over epochs %g-%g)", p, self.base, self.target,
-                        self.start, self.end)
-        self.current = p
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self._set(self.dropout_at(state.epoch or 0.0))
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._set(self.dropout_at(state.epoch or 0.0))
-
-    def on_train_end(self, args, state, control, **kwargs):
-        for module in self.modules:
-            module.p = self.base
-
-    def summary(self, epoch: float) -> dict:
-        """The schedule and the dropout reached after `epoch` epochs, for all_results.json and the model card."""
-        return {"late_dropout": self.target, "late_dropout_epochs": [self.start, self.end],
-                "final_dropout": round(self.dropout_at(epoch), 4)}
 
 
 class LongRunDropoutCallback(TrainerCallback, ExportableState):

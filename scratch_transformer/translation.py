@@ -61,7 +61,6 @@ from .tokenization import tokenizer_special_ids, train_tokenizer_on_dataset
 from .trainer import TranslationTrainer
 from .training import (
     ExponentialMovingAverageCallback,
-    LateDropoutCallback,
     LongRunDropoutCallback,
     WallClockBudgetCallback,
     count_parameters,
@@ -389,17 +388,14 @@ def _run_steps(model_args, data_args, training_args) -> dict:
     tokenizer, model, decoding = build_tokenizer_and_model(model_args, data_args, training_args, raw, resume_from)
     budget = WallClockBudgetCallback(training_args.max_train_minutes) if training_args.max_train_minutes else None
     ema = moving_average_callback(model_args, training_args, resume_from)
-    late = late_dropout_callback(model_args, training_args, model)
     long_run = long_run_dropout_callback(model_args, training_args, model, budget)
     trainer, tokenized = build_trainer(model, tokenizer, raw, data_args, training_args, decoding, budget,
-                                       extra_callbacks=[c for c in (ema, late, long_run) if c])
+                                       extra_callbacks=[c for c in (ema, long_run) if c])
 
     label = _dataset_label(data_args)
     results = {"dataset_name": label, "dataset_id": label}
     if training_args.do_train:
         results.update(train(trainer, tokenized[data_args.train_split], resume_from, budget))
-        if late:
-            results.update(late.summary(trainer.state.epoch or 0.0))
         if long_run:
             results.update(long_run.summary())
         results.update(average(trainer, model_args.average_last_checkpoints, ema))
@@ -422,18 +418,14 @@ def _weights_summary(results) -> str:
 
 
 def _dropout_summary(results, config) -> str:
-    """', late dropout: 0.1 rising to 0.3 over epochs 5-15, 0.25 reached' or ', dropout 0.2 (long-run dropout:
-    17.5 epochs projected, at least 14)' for the model card, or ''."""
-    if "long_run_dropout" in results:
-        epochs = results.get("projected_epochs")
-        projected = "not projected" if epochs is None else f"{epochs:g} epochs projected"
-        return (f", dropout {results['final_dropout']:g} (long-run dropout {results['long_run_dropout']:g} from "
-                f"{results['long_run_min_epochs']:g} epochs, else {getattr(config, 'dropout', '?')}: {projected})")
-    if "late_dropout" not in results:
+    """', dropout 0.2 (long-run dropout 0.2 from 14 epochs, else 0.1: 17.5 epochs projected)' for the model card,
+    or ''."""
+    if "long_run_dropout" not in results:
         return ""
-    start, end = results["late_dropout_epochs"]
-    return (f", late dropout: {getattr(config, 'dropout', '?')} rising to {results['late_dropout']:g} over epochs "
-            f"{start:g}-{end:g}, {results['final_dropout']:g} reached")
+    epochs = results.get("projected_epochs")
+    projected = "not projected" if epochs is None else f"{epochs:g} epochs projected"
+    return (f", dropout {results['final_dropout']:g} (long-run dropout {results['long_run_dropout']:g} from "
+            f"{results['long_run_min_epochs']:g} epochs, else {getattr(config, 'dropout', '?')}: {projected})")
 
 
 def _schedule_summary(args) -> str:
@@ -579,18 +571,6 @@ def moving_average_callback(model_args, training_args, resume_from) -> Exponenti
         logger.warning("--ema_decay is ignored under FSDP (the model's weights are sharded)")
         return None
     return ExponentialMovingAverageCallback(model_args.ema_decay, resume_from)
-
-
-def late_dropout_callback(model_args, training_args, model) -> LateDropoutCallback | None:
-    """The rising dropout that --late_dropout asks for (training runs only), or None.
-
-    Raises:
-        ValueError: the model has no nn.Dropout modules at its config's dropout (e.g. transformers' Marian).
-    """
-    if not model_args.late_dropout or not training_args.do_train:
-        return None
-    return LateDropoutCallback(model, model_args.late_dropout, model_args.late_dropout_start_epoch,
-                               model_args.late_dropout_end_epoch)
 
 
 def long_run_dropout_callback(model_args, training_args, model, budget) -> LongRunDropoutCallback | None:
@@ -762,9 +742,8 @@ def write_outputs(trainer, results, model_args, data_args, decoding, push_to_hub
     if args.do_train:
         all_results.update(precision=args.precision, precision_reason=getattr(args, "precision_reason", ""),
                            lr_schedule=_schedule_summary(args))
-        all_results.update({key: results[key] for key in ("late_dropout", "late_dropout_epochs", "final_dropout",
-                                                               "long_run_dropout", "long_run_min_epochs",
-                                                               "projected_epochs")
+        all_results.update({key: results[key] for key in ("final_dropout", "long_run_dropout",
+                                                               "long_run_min_epochs", "projected_epochs")
                             if key in results})
     write_json(os.path.join(output_dir, "all_results.json"), all_results)
     outputs = {"all_results": all_results}

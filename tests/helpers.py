@@ -46,6 +46,45 @@ def tiny_run_flags(output_dir, **extra):
     return common_flags(output_dir, **{key: value for key, value in values.items() if value is not None})
 
 
+def steps_of_known_length(monkeypatch, seconds_per_step: float) -> list[float]:
+    """Make the training-time budget's clock advance by exactly `seconds_per_step` at each training step and by
+    nothing else (evaluation, saving, logging, the machine's speed), so that a budget run makes a known number of
+    steps: ceil(budget / seconds_per_step); evaluation takes none of it. Returns the clock, a one-element list of seconds."""
+    from scratch_transformer.training import WallClockBudgetCallback
+
+    now = [1000.0]
+
+    def step_begins(self, args, state, control, **kwargs):
+        now[0] += seconds_per_step
+
+    monkeypatch.setattr(WallClockBudgetCallback, "clock", staticmethod(lambda: now[0]))
+    monkeypatch.setattr(WallClockBudgetCallback, "on_step_begin", step_begins)
+    # evaluation takes no time on this clock, so its eval_runtime (real seconds) must not be left out of it
+    monkeypatch.setattr(WallClockBudgetCallback, "on_evaluate", lambda self, *args, **kwargs: None)
+    return now
+
+
+STEPS_OF_KNOWN_LENGTH = """
+import runpy, sys
+from scratch_transformer.training import WallClockBudgetCallback
+
+seconds, now = float(sys.argv.pop(1)), [1000.0]  # each training step takes `seconds` on the budget's clock
+WallClockBudgetCallback.clock = staticmethod(lambda: now[0])
+WallClockBudgetCallback.on_step_begin = lambda self, *args, **kwargs: now.__setitem__(0, now[0] + seconds)
+WallClockBudgetCallback.on_evaluate = lambda self, *args, **kwargs: None  # the clock stood still: nothing to leave out
+sys.argv.pop(0)
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def steps_of_known_length_script(folder: Path, seconds_per_step: float, script: Path) -> list[str]:
+    """The arguments that run `script` (then its own arguments) in a process, launcher or not, whose budget clock
+    advances `seconds_per_step` a training step and nothing else, as `steps_of_known_length` does in this one."""
+    wrapper = Path(folder) / "steps_of_known_length.py"
+    wrapper.write_text(STEPS_OF_KNOWN_LENGTH, encoding="utf-8")
+    return [str(wrapper), str(seconds_per_step), str(script)]
+
+
 def subprocess_env(**extra):
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers import tiny_run_flags, train_translation
+from helpers import steps_of_known_length, tiny_run_flags, train_translation
 from scratch_transformer import ScratchTransformerConfig, ScratchTransformerForConditionalGeneration
 from scratch_transformer.arguments import ModelArguments
 from scratch_transformer.training import LongRunDropoutCallback
@@ -104,15 +104,12 @@ def test_a_run_resumed_before_the_decision_takes_it_later():
 @pytest.mark.parametrize("values, message", [({"long_run_dropout": 1.0}, "long_run_dropout must be in"),
                                              ({"long_run_dropout": -0.2}, "long_run_dropout must be in"),
                                              ({"long_run_min_epochs": 0}, "long_run_min_epochs must be positive"),
-                                             ({"long_run_min_epochs": float("inf")}, "positive and finite"),
-                                             ({"long_run_dropout": 0.2, "late_dropout": 0.3}, "pass one of them")])
+                                             ({"long_run_min_epochs": float("inf")}, "positive and finite")])
 def test_bad_arguments_are_refused(values, message):
     with pytest.raises(ValueError, match=message):
         ModelArguments(**values)
-    if "late_dropout" not in values:
-        with pytest.raises(ValueError, match=message):
-            LongRunDropoutCallback(tiny_model(), values.get("long_run_dropout", 0.2),
-                                   values.get("long_run_min_epochs", 14))
+    with pytest.raises(ValueError, match=message):
+        LongRunDropoutCallback(tiny_model(), values.get("long_run_dropout", 0.2), values.get("long_run_min_epochs", 14))
 
 
 def test_a_model_without_dropout_modules_is_refused():
@@ -150,10 +147,14 @@ def test_the_main_job_with_long_run_dropout(tmp_path):
     assert json.loads((tmp_path / "long" / "config.json").read_text())["dropout"] == 0.0
 
 
-def test_the_main_job_decides_on_its_budget(tmp_path):
-    """A 6-second budget with max_steps far out of reach: the decision is a projection from a tenth of it."""
+def test_the_main_job_decides_on_its_budget(tmp_path, monkeypatch):
+    """A 6-second budget of 0.125-second steps (the budget's clock simulated, so the machine's speed does not
+    matter) with max_steps far out of reach: 48 steps of 8 pairs over 32 (4 a pass, 12 passes); the decision is
+    taken at the first step past a tenth of the budget (step 5: 1.25 epochs in 0.625 s, 12 epochs projected)."""
+    steps_of_known_length(monkeypatch, 0.125)
     flags = tiny_run_flags(tmp_path / "run", max_train_samples=32, per_device_train_batch_size=8, max_steps=100000,
                            max_train_minutes=0.1, warmup_steps=0.2, save_steps=100000, do_eval=False,
-                           do_predict=False, long_run_dropout=0.5, long_run_min_epochs=0.001)
+                           do_predict=False, long_run_dropout=0.5, long_run_min_epochs=10)
     results = train_translation.main(flags)["all_results"]
-    assert results["final_dropout"] == 0.5 and results["projected_epochs"] > 1
+    assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 48
+    assert results["final_dropout"] == 0.5 and results["projected_epochs"] == pytest.approx(12.0)

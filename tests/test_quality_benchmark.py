@@ -3,6 +3,7 @@ config through `_build_model` at the shipped size, a refused override, the table
 and (slow) both sides end to end on tiny data."""
 
 import json
+import time
 import types
 from pathlib import Path
 
@@ -82,22 +83,21 @@ def test_marian_keeps_the_anchors_size_unless_asked_for_ours():
 
 
 def test_marians_run_keeps_the_anchors_dropout_throughout():
-    """Ours may raise its dropout late (--late_dropout, in the config or passed through); Marian's run turns it off
-    (the anchor trains at dropout 0.1 throughout), and the flag comes after the passed ones, so it wins."""
-    args = quality.parse_args(["--late_dropout", "0.3", "--max_steps", "2"])
+    """Ours may raise its dropout for a long run (--long_run_dropout, in the config or passed through); Marian's run
+    turns it off (the anchor trains at dropout 0.1 throughout), and the flag comes after the passed ones, so it wins."""
+    args = quality.parse_args(["--long_run_dropout", "0.3", "--max_steps", "2"])
     ours, marian = quality.run_command(args, "ours", None), quality.run_command(args, "marian", Path("m"))
-    assert ours[ours.index("--late_dropout") + 1] == "0.3" and ours.count("--late_dropout") == 1
-    flag = len(marian) - 1 - marian[::-1].index("--late_dropout")
+    assert ours[ours.index("--long_run_dropout") + 1] == "0.3" and ours.count("--long_run_dropout") == 1
+    flag = len(marian) - 1 - marian[::-1].index("--long_run_dropout")
     assert marian[flag + 1] == "0" and flag > marian.index("--max_steps")
-    long_run = len(marian) - 1 - marian[::-1].index("--long_run_dropout")  # the config's 0.2 is ours' only
-    assert marian[long_run + 1] == "0" and "--long_run_dropout" not in ours
     assert marian[marian.index("--config_name") + 1] == "m"
 
 
-def test_late_dropout_for_marian_is_refused_before_anything_is_written(marian_folder, tmp_path):
+def test_long_run_dropout_for_marian_is_refused_before_anything_is_written(marian_folder, tmp_path):
     out = tmp_path / "run"
     with pytest.raises(ValueError, match="MarianMTModel has none"):
-        train_translation.main(tiny_run_flags(out, config_name=marian_folder, config_overrides="", late_dropout=0.3))
+        train_translation.main(tiny_run_flags(out, config_name=marian_folder, config_overrides="",
+                                              long_run_dropout=0.3, max_steps=2))
     assert not out.exists()
 
 
@@ -163,7 +163,7 @@ def test_the_table_says_which_dropout_each_side_ended_with(tmp_path):
     write_run(tmp_path / "marian", "marian", 80, 60.0, 28.5)
     result = quality.main(["--report_only", "--output_dir", str(tmp_path)])
     assert result["runs"]["ours"]["projected_epochs"] == 17.46 and result["runs"]["marian"]["final_dropout"] is None
-    assert "Dropout at the end of training (late or long-run dropout): ours 0.2 (17.46 epochs projected)." \
+    assert "Dropout at the end of training (long-run dropout): ours 0.2 (17.46 epochs projected)." \
         in result["table"]
 
 
@@ -257,12 +257,14 @@ def test_interleaved_jobs_take_turns_and_never_run_at_once(tmp_path):
 
     commands = {name: [sys.executable, "-c", WORKER, "1.2", str(tmp_path / f"{name}.times")] for name in ("a", "b")}
     logs = {name: tmp_path / f"{name}.log" for name in commands}
+    began = time.monotonic()
     active = quality.run_interleaved(commands, logs, 0.3, lambda msg: None)
+    turns = (time.monotonic() - began) / 0.3  # more on a slow machine: the jobs' 1.2 s take longer there
     readings = sorted([(float(t), name) for name in commands
                        for t in (tmp_path / f"{name}.times").read_text().split()])
     switches = sum(1 for (_, x), (_, y) in zip(readings, readings[1:]) if x != y)
     assert {name for _, name in readings} == {"a", "b"}
-    assert 3 <= switches <= 12, switches  # about 1.2 / 0.3 turns each, plus start-up
+    assert 3 <= switches <= turns + 2, (switches, turns)  # one switch a turn at most, plus start-up
     assert all(seconds >= 1.0 for seconds in active.values())  # 1.2 s, less up to 0.05 s counted per pause
 
 
@@ -276,7 +278,6 @@ def test_a_failed_interleaved_job_stops_the_benchmark_and_the_other_job(tmp_path
     with pytest.raises(RuntimeError, match="the ours run failed \\(exit 3\\)"):
         quality.run_interleaved(commands, logs, 0.5, lambda msg: None)
     last = float((tmp_path / "b.times").read_text().split()[-1]) if (tmp_path / "b.times").exists() else 0.0
-    import time
 
     time.sleep(0.3)  # killed: it writes no more
     assert ((tmp_path / "b.times").exists() is False) or float((tmp_path / "b.times").read_text().split()[-1]) == last

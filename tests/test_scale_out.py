@@ -14,7 +14,8 @@ import sys
 import pytest
 import torch
 from conftest import MULTI30K, REPO_ROOT
-from helpers import TINY, common_flags, kill_at_checkpoint, snapshot, subprocess_env, train_translation
+from helpers import (TINY, common_flags, kill_at_checkpoint, snapshot, steps_of_known_length_script, subprocess_env,
+                     train_translation)
 from safetensors.torch import load_file
 
 from scratch_transformer.checkpoints import is_complete_checkpoint, is_complete_safetensors, last_complete_checkpoint
@@ -172,7 +173,9 @@ def torchrun_job(tmp_path_factory):
     out = root / "run"
     sets = {"max_eval_samples": EVAL_SAMPLES, "max_predict_samples": TEST_SAMPLES, "per_device_eval_batch_size": 4,
             "num_beams": 2}
-    run_command(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", 2, SCRIPT,
+    # a 3 s budget of 0.25 s steps on the budget's clock (simulated: 12 steps however slow the machine)
+    run_command(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", 2,
+                 *steps_of_known_length_script(root, 0.25, SCRIPT),
                  *flags(out, per_device_train_batch_size=4, max_steps=10_000, max_train_minutes=0.05,
                         warmup_steps=0.1, save_strategy="steps", save_steps=2, average_last_checkpoints=2,
                         eval_strategy="steps", eval_steps=2, do_eval=True, do_predict=True, **sets)],
@@ -187,7 +190,7 @@ def torchrun_job(tmp_path_factory):
 def test_torchrun_full_job_with_averaging_budget_eval_and_test(torchrun_job):
     out, _, _ = torchrun_job
     state = json.loads((out / "trainer_state.json").read_text())
-    assert 2 <= state["global_step"] < 10_000  # stopped by the budget, both processes at the same step
+    assert state["global_step"] == 12  # stopped by the budget, both processes at the same step
     results = json.loads((out / "all_results.json").read_text())
     for key in ("train_loss", "eval_bleu", "test_bleu", "last_checkpoint_bleu", "averaged_bleu", "num_parameters"):
         assert key in results, key

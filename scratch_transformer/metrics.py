@@ -1,4 +1,5 @@
-"""Translation metrics through sacreBLEU (BLEU and chrF on detokenised text)."""
+"""Translation metrics through sacreBLEU (BLEU and chrF on detokenised text), and BLEU as papers on Multi30k
+report it (lowercased, Moses-tokenised)."""
 
 from collections.abc import Sequence
 
@@ -31,6 +32,41 @@ def corpus_scores(predictions: Sequence[str], references: Sequence[str]) -> dict
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+def papers_bleu(predictions: Sequence[str], references: Sequence[str], lang: str) -> dict:
+    """Corpus BLEU as the Multi30k literature scores it: hypotheses and references lowercased and tokenised with
+    the Moses tokeniser (sacremoses, no aggressive hyphen splitting, no escaping), then BLEU over those tokens
+    (sacreBLEU with tokenize="none", lowercase=True). fairseq's `generate.py --remove-bpe` scores the same way on
+    data prepared by the Moses scripts (e.g. Wu et al. 2021, LividWo/Revisit-MMT). Not comparable with sacreBLEU's
+    default (mixed case, 13a tokens on detokenised text): tokenised, lowercased BLEU is typically higher.
+
+    Args:
+        predictions: detokenised system outputs, one string per segment.
+        references: the detokenised references, same length and order.
+        lang: the target language code for the tokeniser's rules (e.g. "de").
+    Returns:
+        {"bleu": float 0-100, "signature": str}: the sacreBLEU signature with "+moses.<lang>" appended.
+    Raises:
+        ValueError: the two lists differ in length or are empty.
+        ImportError: sacremoses is not installed (pip install sacremoses).
+    """
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predictions but {len(references)} references")
+    if not predictions:
+        raise ValueError("no predictions to score")
+    try:
+        from sacremoses import MosesTokenizer
+    except ImportError:
+        raise ImportError("the papers' BLEU needs sacremoses: pip install sacremoses") from None
+    moses = MosesTokenizer(lang=lang)
+
+    def tokens(text: str) -> str:
+        return moses.tokenize(text.lower(), escape=False, return_str=True)
+
+    bleu = sacrebleu.metrics.BLEU(tokenize="none", lowercase=True)
+    score = bleu.corpus_score([tokens(t) for t in predictions], [[tokens(t) for t in references]])
+    return {"bleu": round(score.score, 2), "signature": f"{bleu.get_signature()}|moses.{lang}"}
 
 
 def decode_ids(tokenizer, ids) -> list[str]:

@@ -200,7 +200,9 @@ def _resolve_decoding(model_args, data_args, model) -> dict:
     """The final test's decoding, which is also the saved generation config's: each of num_beams,
     length_penalty, no_repeat_ngram_size, early_stopping and renormalize_logits from its flag, else
     (fine-tuning) from the loaded model's generation config, else DECODING_DEFAULTS; so that what is tested
-    is what users get. Greedy search (num_beams 1) drops an inherited length penalty and early stopping.
+    is what users get. Greedy search (num_beams 1) drops the settings that only apply to beam search (length
+    penalty, early stopping), whether inherited, from a config file or passed, with a log line naming them: so
+    `--num_beams 1` over the shipped config gives a greedy run.
 
     Raises:
         ValueError: naming the flags, for a combination that generate() refuses (e.g. a length penalty
@@ -211,10 +213,13 @@ def _resolve_decoding(model_args, data_args, model) -> dict:
         given = getattr(data_args, name)
         inherited = getattr(model.generation_config, name, None) if model_args.model_name_or_path else None
         decoding[name] = given if given is not None else inherited if inherited is not None else default
-    if decoding["num_beams"] == 1:  # an inherited beam setting means nothing to greedy search (and HF refuses it)
-        for name in ("length_penalty", "early_stopping"):
-            if getattr(data_args, name) is None:
-                decoding[name] = DECODING_DEFAULTS[name]
+    if decoding["num_beams"] == 1:  # a beam setting means nothing to greedy search (and HF refuses it)
+        dropped = {name: decoding[name] for name in ("length_penalty", "early_stopping")
+                   if decoding[name] != DECODING_DEFAULTS[name]}
+        if dropped:
+            logger.info("greedy search (num_beams 1): dropping the beam-search settings %s",
+                        ", ".join(f"{name} {value}" for name, value in dropped.items()))
+        decoding.update({name: DECODING_DEFAULTS[name] for name in dropped})
     try:
         GenerationConfig(max_length=data_args.max_target_length, **decoding).validate(strict=True)
     except ValueError as error:

@@ -21,7 +21,7 @@ Figures, each timed in a fresh child process (forkserver, libraries preloaded; -
 time them here), contenders in alternation (A B C A B C ...) after warm-up, median [min-max] over
 repeats (benchmarks/measure.py). Fresh processes because leftovers change the next figure: after a
 training figure in the same process, beam-4 ours/Marian went from 1.20 to 1.01 (glibc's heap state,
-see BENCHMARKS.md).
+see docs/results.md).
     train    forward + backward + AdamW step in train mode with labels; (source + target) tokens/s
     train_main_job  the main job's step as it runs (ours and Marian): forward in the precision the main
              job picks on this machine (scratch_transformer.training.choose_precision: bf16 autocast

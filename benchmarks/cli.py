@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 import benchmarks
-from benchmarks import measure, report
+from benchmarks import measure, record, report
 from benchmarks.contenders import (
     ALL_CONTENDERS,
     COMMON,
@@ -53,7 +53,8 @@ def parse_args(argv=None):
                    help="source and target tokens per sentence of the batch instead of the size's (small: 24); "
                         "Multi30k's training pairs average 15.9 tokens on the longer side with the main job's 8000 BPE")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output_json", default=None, help="default: benchmarks/results_<size>.json")
+    p.add_argument("--output_json", default=None, help="default: outputs/speed_<size>.json")
+    p.add_argument("--record", action="store_true", help=record.RECORD_HELP.format(name="speed", more=" and size"))
     args = p.parse_args(argv)
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     for c in args.contenders:
@@ -69,7 +70,7 @@ def parse_args(argv=None):
         p.error(f"--seq_len must be >= 2 (a token and the end of sentence), got {args.seq_len}")
     if args.output_json is None:
         suffix = "" if args.seq_len is None else f"_len{args.seq_len}"
-        args.output_json = str(BENCHMARKS_DIR / f"results_{args.size}{suffix}.json")
+        args.output_json = str(BENCHMARKS_DIR.parent / "outputs" / f"speed_{args.size}{suffix}.json")
     return args
 
 
@@ -148,4 +149,7 @@ def main(argv=None) -> dict:
     out = report.write_json(result, args.output_json)
     print(report.markdown_report(result))
     log(f"[benchmark] wrote {out}")
+    if args.record:
+        path = record.record("speed", [record.stamped(result)], key=lambda run: (record.cpu_of(run), run["size"]))
+        log(f"[benchmark] recorded in {path}")
     return result

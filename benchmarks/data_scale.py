@@ -52,6 +52,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import record
+
 START = time.perf_counter()
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_DIR = Path(__file__).resolve().parent
@@ -353,7 +355,8 @@ def parse_args(argv=None):
     p.add_argument("--pairs", default="100000", help="comma-separated corpus sizes in training pairs")
     p.add_argument("--work_dir", default=str(REPO_ROOT / "outputs" / "data_scale"),
                    help="corpora, datasets caches and run folders (corpora are kept and reused)")
-    p.add_argument("--output_json", default=str(BENCHMARKS_DIR / "results_data_scale.json"))
+    p.add_argument("--output_json", default=str(BENCHMARKS_DIR.parent / "outputs" / "data_scale.json"))
+    p.add_argument("--record", action="store_true", help=record.RECORD_HELP.format(name="data_scale", more=""))
     p.add_argument("--config", default=str(REPO_ROOT / "configs" / "multi30k_de_en.json"),
                    help="the run's settings; the dataset, splits and step count are set by the benchmark")
     p.add_argument("--no-rerun", dest="rerun", action="store_false", help="skip the cached rerun")
@@ -406,6 +409,8 @@ def main(argv=None) -> dict:
     Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output_json).write_text(json.dumps(result, indent=1))
     print(f"written {args.output_json}")
+    if args.record:
+        print(f"recorded in {record.record('data_scale', [record.stamped(result)], key=record.cpu_of)}")
     return result
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import record
+
 ENGINES = ("torch", "torch-int8", "ct2-float32", "ct2-int8")
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k" / "raw"
 
@@ -50,6 +52,7 @@ def parse_args(argv=None):
     p.add_argument("--max_sentences", type=int, default=None, help="first N sentences only (quick checks)")
     p.add_argument("--ct2_dir", default=None, help="where the conversions go (default: a temporary folder)")
     p.add_argument("--output_json", default=None)
+    p.add_argument("--record", action="store_true", help=record.RECORD_HELP.format(name="inference_engines", more=""))
     args = p.parse_args(argv)
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     args.searches = [s.strip() for s in args.searches.split(",") if s.strip()]
@@ -182,6 +185,8 @@ def _run(args, argv) -> dict:
     print(render(results))
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    if args.record:
+        print(f"recorded in {record.record('inference_engines', [results], key=record.cpu_of)}")
     return results
 
 

@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import record
 from benchmarks.quality import (
     CONFIG,
     REPO_ROOT,
@@ -51,6 +52,8 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=100, help="batches timed for each model (after --warmup)")
     p.add_argument("--warmup", type=int, default=5, help="batches run first and not counted")
     p.add_argument("--output_json", default="outputs/job_step.json")
+    p.add_argument("--record", action="store_true",
+                   help=record.RECORD_HELP.format(name="job_step", more=" and precision"))
     args, passthrough = p.parse_known_args(argv)
     if args.steps < 1 or args.warmup < 0:
         p.error("--steps must be at least 1 and --warmup at least 0")
@@ -136,6 +139,10 @@ def main(argv=None) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"[job_step] wrote {out}")
+    if args.record:
+        path = record.record("job_step", [record.stamped(result)],
+                             key=lambda run: (record.cpu_of(run), run["precision"]))
+        print(f"[job_step] recorded in {path}")
     return result
 
 

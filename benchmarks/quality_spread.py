@@ -6,11 +6,12 @@ differ by about 1 BLEU on test_2016_flickr. A margin between two models of that 
 
 Run from the repository root, after runs of `python -m benchmarks.quality` (with `--seed N` to vary the seed):
     python -m benchmarks.quality_spread outputs/seed1/quality.json outputs/seed2/quality.json
-    python -m benchmarks.quality_spread benchmarks/results_quality_75d7240.json \\
-        benchmarks/results_quality_fa13c80.json:marian outputs/multi30k_de_en=75d7240
+    python -m benchmarks.quality_spread benchmarks/results/quality.json --cpu "model 207"
+    python -m benchmarks.quality_spread outputs/pair5/quality.json --record   # into benchmarks/results/quality.json
 
 Each SOURCE is one of:
 - a quality.json written by `python -m benchmarks.quality`: every run in it;
+- a list of runs in the form this command writes (benchmarks/results/quality.json): every run in it;
 - `FILE.json:SIDE` (SIDE ours or marian): that run only;
 - a run folder of the main job (its all_results.json), optionally `FOLDER=COMMIT` to record the commit it was
   trained at; its side is read from its config.json (model_type marian, or ours).
@@ -18,6 +19,10 @@ Each SOURCE is one of:
 Prints one Markdown table: each run's steps, seed, val BLEU and test BLEU per test set, then per side the mean, the
 sample standard deviation and the range, and the difference of the means (ours minus Marian) with its standard
 error, sqrt(s_ours^2 / n_ours + s_marian^2 / n_marian) (Welch). Writes the figures to --output_json.
+
+`--cpu TEXT` keeps the runs whose CPU model contains TEXT. `--record` adds the runs to
+benchmarks/results/quality.json (the current config's runs, from which README's and docs/results.md's tables are
+made: `python -m benchmarks.tables`), replacing a run of the same side, commit, seed and CPU.
 
 Raises (exits with a message): a source that does not exist or holds no finished run; quality.json files from
 different CPU models (speeds, and so the steps a budget reaches, compare on one CPU only); a side with no run.
@@ -43,6 +48,9 @@ def parse_args(argv=None):
     p.add_argument("sources", nargs="+", metavar="SOURCE",
                    help="quality.json, FILE.json:SIDE, or a run folder (FOLDER or FOLDER=COMMIT)")
     p.add_argument("--output_json", default=None, help="where to write the figures (default: print only)")
+    p.add_argument("--cpu", default=None, help="keep only the runs whose CPU model contains this text")
+    p.add_argument("--record", action="store_true",
+                   help="add the runs to benchmarks/results/quality.json (runs of the current config only)")
     return p.parse_args(argv)
 
 
@@ -81,6 +89,12 @@ def load_source(source: str) -> list[dict]:
     result = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(result, dict) or "runs" not in result:
         raise ValueError(f"{path} is not a quality.json written by python -m benchmarks.quality")
+    if isinstance(result["runs"], list):  # runs as this command writes them (benchmarks/results/quality.json)
+        runs = [{**run, "source": run.get("source") or path} for run in result["runs"]
+                if not side or run["side"] == side]
+        if not runs:
+            raise ValueError(f"{source}: no finished run" + (f" of {side}" if side else ""))
+        return runs
     runs = []
     for name, run in result["runs"].items():
         if run is None or (side and name != side):
@@ -89,7 +103,8 @@ def load_source(source: str) -> list[dict]:
         if seed is None:  # a report of runs made earlier: the seed passed to both, else the config's
             seed = _seed(shlex.join(result.get("passthrough") or []))
         runs.append({**run, "side": name, "source": f"{path}:{name}", "commit": result.get("commit"),
-                     "cpu_model": (result.get("machine") or {}).get("cpu_model"), "seed": seed})
+                     "cpu_model": (result.get("machine") or {}).get("cpu_model"), "seed": seed,
+                     "date": result.get("date")})
     if not runs:
         raise ValueError(f"{source}: no finished run" + (f" of {side}" if side else ""))
     return runs
@@ -173,6 +188,17 @@ def markdown_table(runs: list[dict], summary: dict) -> str:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     runs = [run for source in args.sources for run in load_source(source)]
+    if args.cpu:
+        runs = [run for run in runs if args.cpu in (run["cpu_model"] or "")]
+        if not runs:
+            raise ValueError(f"no run on a CPU whose model contains {args.cpu!r}")
+    if args.record:
+        from benchmarks import record
+
+        path = record.record("quality", [{k: v for k, v in run.items() if k not in ("folder", "wall_seconds")}
+                                         for run in runs],
+                             key=lambda run: (run["side"], run["commit"], run["seed"], run["cpu_model"]))
+        print(f"[quality_spread] recorded {len(runs)} run(s) in {path}", file=sys.stderr)
     summary = summarise(runs)
     result = {
         "command": shlex.join([sys.executable, "-m", "benchmarks.quality_spread",

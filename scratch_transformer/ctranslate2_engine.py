@@ -54,7 +54,7 @@ ENGINE_FILE = "scratch_transformer_ctranslate2.json"  # what the export recorded
 # generate()'s default beam search (early_stopping False) goes on while a running beam could still win.
 # CTranslate2 has no such rule: it stops once beam_size x patience hypotheses are finished (patience 1 is
 # early_stopping=True). Patience 2 comes closest on the main job's model (test_2016_flickr, beam 4, 2026-12-02,
-# BENCHMARKS.md): 97.4% of translations identical to generate()'s default and BLEU 40.56 against 40.52, where
+# docs/results.md): 97.4% of translations identical to generate()'s default and BLEU 40.56 against 40.52, where
 # patience 1 gave 92.7% and 40.16.
 DEFAULT_SEARCH_PATIENCE = 2.0
 
@@ -313,7 +313,7 @@ class CTranslate2Model:
         inter_threads: workers translating parts of a batch in parallel; intra_threads: threads per worker
             (0 = all cores). Default on CPU: one worker of one thread per core, each batch split evenly among
             them (test_2016_flickr, beam 4, int8, 2 AMD EPYC cores, 2026-12-02: 299.5 sentences/s against
-            125.5 for one worker of 2 threads; BENCHMARKS.md); elsewhere one worker.
+            125.5 for one worker of 2 threads; docs/results.md); elsewhere one worker.
     Raises:
         ValueError: a folder that export_ctranslate2 did not write; inter_threads < 1 or intra_threads < 0.
     """

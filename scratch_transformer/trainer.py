@@ -197,7 +197,7 @@ class TranslationTrainer(Seq2SeqTrainer):
         LabelSmoother taking float32 log-probabilities of the logits in several passes: the same loss (paper
         5.4; (1 - eps) * nll + eps * mean over the vocabulary of -log p, over labelled tokens, normalised by
         num_items_in_batch); in the 25-minute main job a step took 0.637 s with it, 0.690 s without (2026-12-01,
-        AMD EPYC, BENCHMARKS.md). Other models (Marian) keep HF's."""
+        AMD EPYC, docs/results.md). Other models (Marian) keep HF's."""
         smoother = self.label_smoother
         if smoother is None or "labels" not in inputs or not takes_label_smoothing(
                 self.accelerator.unwrap_model(model)):

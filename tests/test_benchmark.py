@@ -143,7 +143,7 @@ def test_seq_len_below_two_is_refused(capsys):
     with pytest.raises(SystemExit):
         cli.parse_args(["--seq_len", "1"])
     assert "--seq_len must be >= 2" in capsys.readouterr().err
-    assert cli.parse_args(["--seq_len", "16"]).output_json.endswith("results_small_len16.json")
+    assert cli.parse_args(["--seq_len", "16"]).output_json.endswith("outputs/speed_small_len16.json")
 
 
 def test_benchmark_script_outside_repo_root_names_the_command(tmp_path):

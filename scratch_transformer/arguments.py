@@ -140,10 +140,13 @@ class DataTrainingArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenisation."})
 
     def __post_init__(self):
+        if self.dataset_name == "":  # `--dataset_name ""` unsets a config file's, for --train_file and the others
+            self.dataset_name = None
         sources = [self.dataset_name is not None, any([self.train_file, self.validation_file, self.test_file])]
         if sum(sources) != 1:
             raise ValueError("give either --dataset_name (Hub id or folder) or --train_file/--validation_file/"
-                             "--test_file, not both and not neither")
+                             "--test_file, not both and not neither (--dataset_name \"\" unsets a config "
+                             "file's)")
         if self.no_repeat_ngram_size is not None and self.no_repeat_ngram_size < 0:
             raise ValueError(f"no_repeat_ngram_size must be >= 0 (0 = off), got {self.no_repeat_ngram_size}")
         if self.source_lang == self.target_lang:

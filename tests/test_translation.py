@@ -492,6 +492,17 @@ def test_greedy_drops_an_inherited_length_penalty_and_early_stopping_but_keeps_t
     assert (beams["length_penalty"], beams["early_stopping"]) == (1.2, True)
 
 
+def test_an_empty_dataset_name_unsets_the_configs_for_data_files(tmp_path):
+    from conftest import REPO_ROOT
+
+    config = str(REPO_ROOT / "configs" / "multi30k_de_en.json")
+    files = ["--train_file", "train.jsonl", "--validation_file", "val.jsonl", "--output_dir", str(tmp_path / "x")]
+    _, data_args, _ = train_translation.parse_args([config, "--dataset_name", "", *files])
+    assert data_args.dataset_name is None and data_args.train_file == "train.jsonl"
+    with pytest.raises(ValueError, match='not both and not neither \\(--dataset_name "" unsets a config file'):
+        train_translation.parse_args([config, *files])
+
+
 def test_greedy_over_the_shipped_config_drops_its_beam_settings_with_a_log_line(caplog):
     """`--num_beams 1` after configs/multi30k_de_en.json (length penalty 1.2, early stopping): a greedy run, not a
     refusal; the dropped settings are named in the log; the n-gram block and renormalisation stay."""

@@ -300,9 +300,9 @@ class LongRunDropoutCallback(TrainerCallback, ExportableState):
 
     How much dropout pays depends on how long the run is, and a training-time budget makes that depend on the
     machine: on Multi30k (29,000 pairs) our main job's model learns faster with 0.1 and overfits after about
-    ten passes, where 0.2 regularises better. Measured with 25-minute runs (README, Results): 0.2 lost at 9
-    epochs (4029 steps; test_2016_flickr 38.95 against 40.14) and won at 17.5 and 20 (val +1.25 and +1.15
-    BLEU, all six test-set differences positive).
+    ten passes, where 0.2 regularises better. Measured with 25-minute runs (docs/results.md, the recipe
+    study): 0.2 lost at 9 epochs (4029 steps; test_2016_flickr 38.95 against 40.14) and won at 17.5 and 20
+    (val +1.25 and +1.15 BLEU, all six test-set differences positive).
 
     The decision is taken once. Without a budget, at the start, from the epochs planned (`num_train_epochs`,
     or `max_steps` over the steps per epoch). With a budget, after the first `decide_at` of it: the epochs

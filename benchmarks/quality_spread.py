@@ -194,7 +194,10 @@ def main(argv=None) -> dict:
             raise ValueError(f"no run on a CPU whose model contains {args.cpu!r}")
     if args.record:
         from benchmarks import record
+        from benchmarks.quality import machine
 
+        here = machine().get("cpu_model")  # a run folder does not say its CPU: recorded where it ran, here
+        runs = [{**run, "cpu_model": run["cpu_model"] or here} for run in runs]
         path = record.record("quality", [{k: v for k, v in run.items() if k not in ("folder", "wall_seconds")}
                                          for run in runs],
                              key=lambda run: (run["side"], run["commit"], run["seed"], run["cpu_model"]))

@@ -84,7 +84,7 @@ def quality_runs(quality: dict) -> list[str]:
             scores = (run.get("test_sets") or {}).get(name) or {}
             tests.append(f"{_f(scores.get('bleu'))} / {_f(scores.get('chrf'))}")
         lines.append(f"| {short_cpu(run['cpu_model'])} | {SIDE_NAMES[run['side']]} | {run['commit']} | "
-                     f"{(run.get('date') or '-')[:10]} | {run['seed']} | {run.get('precision') or '-'} | "
+                     f"{(run.get('date') or '-')[:10]} | {_f(run.get('seed'), 'd')} | {run.get('precision') or '-'} | "
                      f"{run['steps']} | {_f(run.get('seconds_per_step'), '.3f')} | {_f(run.get('eval_bleu'))} | "
                      + " | ".join(tests) + " |")
     return lines

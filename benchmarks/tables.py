@@ -25,10 +25,10 @@ TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
 # The two CPU kinds of the results at a glance: with native bf16 and without. A kind with no run of the current
 # config is named so, not filled in from another config.
 GLANCE_CPUS = (
-    ("Intel(R) Xeon(R) Processor (family 6 model 167)", "Intel Xeon, native bf16 (amx_bf16)"),
-    ("Intel(R) Xeon(R) Processor (family 6 model 207)", "Intel Xeon, no native bf16"),
+    ("Intel(R) Xeon(R) Processor (family 6 model 167)", "Intel Xeon (model 167), native bf16"),
+    ("Intel(R) Xeon(R) Processor (family 6 model 207)", "Intel Xeon (model 207), no native bf16"),
 )
-MISSING_AT_A_GLANCE = ("AMD EPYC, native bf16 (avx512_bf16)", "no run of the current config yet (the last pair, "
+MISSING_AT_A_GLANCE = ("AMD EPYC, native bf16", "no run of the current config yet (the last pair, "
                        "2026-12-04 at 18c1fee, predates it)")
 SIDE_NAMES = {"ours": "ours", "marian": "Marian"}
 
@@ -58,7 +58,7 @@ def _f(value, spec=".2f") -> str:
 
 
 def quality_at_a_glance(quality: dict) -> list[str]:
-    lines = ["| CPU (2 cores), precision | model | runs | steps in 25 min | test_2016_flickr | test_2017_flickr | "
+    lines = ["| CPU (2 cores): precision | model | runs | steps in 25 min | test_2016_flickr | test_2017_flickr | "
              "test_2017_mscoco |", "|---|---|---:|---:|---:|---:|---:|"]
     for cpu, label in GLANCE_CPUS:
         runs = [run for run in quality["runs"] if run["cpu_model"] == cpu]
@@ -69,7 +69,7 @@ def quality_at_a_glance(quality: dict) -> list[str]:
                 continue
             steps = statistics.fmean(run["steps"] for run in mine)
             cells = [_mean_std([_bleu(run, name) for run in mine]) for name in TEST_SETS]
-            lines.append(f"| {label}, {mine[0]['precision']} | {SIDE_NAMES[side]} | {len(mine)} | {steps:.0f} | "
+            lines.append(f"| {label}: {mine[0]['precision']} | {SIDE_NAMES[side]} | {len(mine)} | {steps:.0f} | "
                          + " | ".join(cells) + " |")
     lines.append(f"| {MISSING_AT_A_GLANCE[0]} | ours, Marian | 0 | - | {MISSING_AT_A_GLANCE[1]} | | |")
     return lines

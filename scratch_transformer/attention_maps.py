@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,6 +68,7 @@ class SentenceAttention:
         decoder: (L, h, t, t) decoder self-attention; zero above the diagonal (paper 3.2.3).
         cross: (L, h, t, s) encoder-decoder attention; row i = where in the source the model looked to produce
             output token i.
+        generate_seconds: wall time of the generate() call that translated the sentence.
     Each row of each matrix sums to 1 (a softmax over the keys), float32 on the CPU.
     """
 
@@ -77,6 +79,7 @@ class SentenceAttention:
     encoder: torch.Tensor
     decoder: torch.Tensor
     cross: torch.Tensor
+    generate_seconds: float = 0.0
 
 
 def load_model(model_name_or_path: str, revision: str | None = None, trust_remote_code: bool = False,
@@ -174,7 +177,7 @@ def sentence_attention(model, tokenizer, sentence: str, max_source_length: int =
         sentence: one source sentence (non-empty).
         max_source_length: longer sources are truncated to this many tokens (`</s>` included).
         generate_kwargs: passed to generate() (num_beams, length_penalty, max_new_tokens, ...); the model's
-            generation config otherwise.
+            generation config otherwise. Both lengths are capped at what the model's positional encoding covers.
     Returns:
         SentenceAttention with the translation and the (L, h, queries, keys) weights of the three attentions.
     Raises:
@@ -185,12 +188,18 @@ def sentence_attention(model, tokenizer, sentence: str, max_source_length: int =
         raise ValueError(f"sentence must be a non-empty string, got {sentence!r}")
     if generate_kwargs.get("num_return_sequences", 1) != 1:
         raise ValueError("sentence_attention draws one translation: num_return_sequences must be 1")
-    max_source_length = min(max_source_length, getattr(model.config, "max_position_embeddings", max_source_length))
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if positions is not None:  # the positional encoding (paper 3.5) reaches no further, on either side
+        max_source_length = min(max_source_length, positions)
+        if generate_kwargs.get("max_new_tokens") is not None:
+            generate_kwargs["max_new_tokens"] = min(generate_kwargs["max_new_tokens"], positions - 1)
     source = tokenizer([sentence.strip()], return_tensors="pt", truncation=True, max_length=max_source_length)
     model.eval()
+    start = time.perf_counter()
     with torch.no_grad():
         generated = model.generate(input_ids=source["input_ids"].to(model.device),
                                    attention_mask=source["attention_mask"].to(model.device), **generate_kwargs)
+    generate_seconds = time.perf_counter() - start
     sequence = generated[0].cpu()  # (1 + n,): decoder start, then the generated tokens
     eos = model.config.eos_token_id
     ends = (sequence[1:] == eos).nonzero()
@@ -204,6 +213,7 @@ def sentence_attention(model, tokenizer, sentence: str, max_source_length: int =
         output_tokens=_readable(to_tokens(sequence[1:].tolist())),
         translation=tokenizer.decode(sequence, skip_special_tokens=True).strip(),
         encoder=weights["encoder"][0], decoder=weights["decoder"][0], cross=weights["cross"][0],
+        generate_seconds=generate_seconds,
     )
 
 

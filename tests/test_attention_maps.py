@@ -179,7 +179,7 @@ def test_show_attention_command(tiny_model_dir, tmp_path, capsys):
     outputs = {name: tmp_path / f"{name}.png" for name in ("attention", "masks", "pe")}
     written = show_attention.main(["--model", str(tiny_model_dir), "Ein Hund läuft über die Wiese.", "Ein Hund.",
                                    "--output", str(outputs["attention"]), "--masks_output", str(outputs["masks"]),
-                                   "--positional_encoding_output", str(outputs["pe"]), "--num_beams", "2"])
+                                   "--positional_encoding_output", str(outputs["pe"]), "--num_beams", "2", "--dpi", "40"])
     model, tokenizer = load_model(str(tiny_model_dir))
     expected = sentence_attention(model, tokenizer, "Ein Hund läuft über die Wiese.", num_beams=2).translation
     assert written["translation"] == expected

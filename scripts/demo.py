@@ -105,8 +105,8 @@ def build_demo(model, tokenizer, title: str = "scratch_transformer: German → E
                 target = gr.Textbox(label="English", interactive=False, elem_id="target")
                 timing = gr.Textbox(label="time", interactive=False, elem_id="timing")
         with gr.Row():
-            layer = gr.Dropdown(layers, value=layers[-1], label="layer")
-            head = gr.Dropdown(heads, value=ALL_HEADS, label="head")
+            layer = gr.Dropdown(layers, value=layers[-1], label="layer", elem_id="layer")
+            head = gr.Dropdown(heads, value=ALL_HEADS, label="head", elem_id="head")
         heatmap = gr.Plot(label="cross-attention", format="png", elem_id="heatmap")
         state = gr.State(None)
         inputs = [source, num_beams, length_penalty, layer, head]

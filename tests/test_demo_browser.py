@@ -71,7 +71,8 @@ def _wait_for(url: str, process, log_path, timeout: float = 240):
 @pytest.mark.browser
 def test_translate_in_the_browser(tiny_model_dir, tmp_path):
     """Start the demo on 127.0.0.1, type a sentence in Chromium, press Translate: the English is the model's
-    own translation, the time is shown, the cross-attention heatmap appears; nothing leaves the machine."""
+    own translation, the time is shown, the cross-attention heatmap appears and follows the head chosen;
+    nothing leaves the machine."""
     try:
         import gradio  # noqa: F401
     except ImportError:
@@ -116,6 +117,14 @@ def test_translate_in_the_browser(tiny_model_dir, tmp_path):
                 heatmap.wait_for(timeout=60_000)
                 source = heatmap.get_attribute("src")
                 width = heatmap.evaluate("img => img.complete ? img.naturalWidth : 0")
+                # one head instead of all: the picture is redrawn from the kept weights, narrower
+                page.locator("#head input").click()
+                page.get_by_role("option", name="2", exact=True).click()
+                page.wait_for_function("(old) => { const img = document.querySelector('#heatmap img'); "
+                                       "return img && img.src !== old && img.complete && img.naturalWidth > 0; }",
+                                       arg=source, timeout=60_000)
+                one_head_width = page.locator("#heatmap img").evaluate("img => img.naturalWidth")
+                english_after = page.locator("#target textarea").input_value()
             finally:
                 browser.close()
     finally:
@@ -129,6 +138,7 @@ def test_translate_in_the_browser(tiny_model_dir, tmp_path):
     assert english == expected
     assert "ms to translate" in timing and "beam 1" in timing
     assert source.startswith("data:image/png;base64,") and width > 100
+    assert 0 < one_head_width < width and english_after == english  # redrawn, not translated again
     assert {request.split("/")[2] for request in requests} == {f"127.0.0.1:{port}"}  # the page fetched nothing else
     attempts = [json.loads(line) for line in outside.read_text().splitlines()] if outside.exists() else []
     assert attempts == [], f"the demo tried to reach other machines: {attempts}"

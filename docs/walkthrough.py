@@ -23,8 +23,8 @@
 # runs it (tests/test_walkthrough.py), so what you read here works with the code beside it.
 #
 # Settings (environment variables):
-# - `WALKTHROUGH_MODEL`: a trained model folder or Hub id (the main job writes `outputs/multi30k_de_en`);
-#   without one, part 9 trains a small model for about a minute.
+# - `WALKTHROUGH_MODEL`: a trained model folder or Hub id (default: `outputs/multi30k_de_en`, which the main
+#   job writes, when it is there); without one, or set to `train`, part 9 trains a small model for a minute.
 # - `MULTI30K`: where the Multi30k files are (default `../shared/data/multi30k/raw` beside the repository);
 #   a Hub dataset id works too: the package's data loading reads either.
 # - `WALKTHROUGH_OUTPUT`: a folder for the pictures (default: a temporary folder).
@@ -332,9 +332,10 @@ from transformers import HfArgumentParser
 from scratch_transformer.arguments import DataTrainingArguments, ModelArguments, TranslationTrainingArguments
 from scratch_transformer.translation import run_translation
 
-model_path = os.environ.get("WALKTHROUGH_MODEL") or (
-    str(REPO / "outputs" / "multi30k_de_en") if (REPO / "outputs" / "multi30k_de_en" / "config.json").is_file() else None)
-if model_path is None:
+model_path = os.environ.get("WALKTHROUGH_MODEL", "")  # "train": train here even when the main job's model exists
+if not model_path and (REPO / "outputs" / "multi30k_de_en" / "config.json").is_file():
+    model_path = str(REPO / "outputs" / "multi30k_de_en")
+if model_path in ("", "train"):
     data = os.environ.get("MULTI30K") or str(REPO.parent / "shared" / "data" / "multi30k" / "raw")
     model_path = str(OUT / "multi30k_short")
     flags = {

@@ -17,7 +17,7 @@ def test_walkthrough_runs_as_a_notebook(tmp_path):
     notebook = jupytext.read(WALKTHROUGH)
     assert notebook.metadata["kernelspec"]["name"] == "python3"
     pictures = tmp_path / "pictures"
-    environment = {"WALKTHROUGH_OUTPUT": str(pictures), "MULTI30K": str(MULTI30K), "WALKTHROUGH_MODEL": "",
+    environment = {"WALKTHROUGH_OUTPUT": str(pictures), "MULTI30K": str(MULTI30K), "WALKTHROUGH_MODEL": "train",
                    "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     saved = {name: os.environ.get(name) for name in environment}
     os.environ.update(environment)  # the kernel inherits this process's environment

@@ -1,0 +1,181 @@
+"""The Gradio demo (scripts/demo.py): in a real browser (headless Chromium driven by Playwright, marked `browser`,
+run explicitly by .ci/run) and, without one, its arguments and the folder it writes for a Space.
+
+The browser test skips when gradio, playwright or Debian's chromium is missing, unless
+SCRATCH_TRANSFORMER_REQUIRE_BROWSER=1 (set by .ci/run), where a missing piece fails it."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from conftest import REPO_ROOT, load_script
+from helpers import GUARD_SOURCE, subprocess_env
+
+demo = load_script("demo")
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SENTENCE = "Zwei Männer spielen Fußball."
+
+# The demo in a process whose every connection off this machine is refused and written down (one JSON line each).
+SERVER = GUARD_SOURCE + '''
+import json, runpy, sys
+
+
+class Logged(list):
+    def append(self, item):
+        with open(sys.argv[1], "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(item) + "\\n")
+        super().append(item)
+
+
+OUTSIDE = Logged()
+install_guard()
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def _require(what: str, available: bool):
+    if not available:
+        if os.environ.get("SCRATCH_TRANSFORMER_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{what} is missing, and SCRATCH_TRANSFORMER_REQUIRE_BROWSER=1 asks for the browser test")
+        pytest.skip(f"{what} is missing")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for(url: str, process, log_path, timeout: float = 240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the demo exited:\n" + log_path.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"the demo did not answer at {url} within {timeout:g} s:\n" + log_path.read_text()[-3000:])
+
+
+@pytest.mark.browser
+def test_translate_in_the_browser(tiny_model_dir, tmp_path):
+    """Start the demo on 127.0.0.1, type a sentence in Chromium, press Translate: the English is the model's
+    own translation, the time is shown, the cross-attention heatmap appears and follows the head chosen;
+    nothing leaves the machine."""
+    try:
+        import gradio  # noqa: F401
+    except ImportError:
+        _require('gradio (pip install ".[demo]")', False)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _require('playwright (pip install ".[browser]")', False)
+    _require(f"chromium ({CHROMIUM}; apt-get install chromium)", os.path.isfile(CHROMIUM))
+
+    from scratch_transformer.attention_maps import load_model, sentence_attention
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    expected = sentence_attention(model, tokenizer, SENTENCE, num_beams=1, length_penalty=1.0).translation
+
+    port, outside, log_path = _free_port(), tmp_path / "outside.jsonl", tmp_path / "demo.log"
+    script = tmp_path / "serve.py"
+    script.write_text(SERVER)
+    env = subprocess_env(GRADIO_ANALYTICS_ENABLED="False")
+    env.pop("GRADIO_SERVER_NAME", None)
+    with open(log_path, "w", encoding="utf-8") as log:
+        process = subprocess.Popen([sys.executable, str(script), str(outside), str(REPO_ROOT / "scripts" / "demo.py"),
+                                    "--model", str(tiny_model_dir), "--port", str(port)],
+                                   cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        _wait_for(url, process, log_path)
+        requests = []
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page()
+                page.on("request", lambda request: requests.append(request.url))
+                page.goto(url, wait_until="domcontentloaded")
+                page.locator("#source textarea").fill(SENTENCE)
+                page.locator("#translate").click()
+                page.wait_for_function("document.querySelector('#target textarea')?.value.length > 0",
+                                       timeout=120_000)
+                english = page.locator("#target textarea").input_value()
+                timing = page.locator("#timing textarea").input_value()
+                heatmap = page.locator("#heatmap img")
+                heatmap.wait_for(timeout=60_000)
+                source = heatmap.get_attribute("src")
+                width = heatmap.evaluate("img => img.complete ? img.naturalWidth : 0")
+                # one head instead of all: the picture is redrawn from the kept weights, narrower
+                page.locator("#head input").click()
+                page.get_by_role("option", name="2", exact=True).click()
+                page.wait_for_function("(old) => { const img = document.querySelector('#heatmap img'); "
+                                       "return img && img.src !== old && img.complete && img.naturalWidth > 0; }",
+                                       arg=source, timeout=60_000)
+                one_head_width = page.locator("#heatmap img").evaluate("img => img.naturalWidth")
+                english_after = page.locator("#target textarea").input_value()
+            finally:
+                browser.close()
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    assert english == expected
+    assert "ms to translate" in timing and "beam 1" in timing
+    assert source.startswith("data:image/png;base64,") and width > 100
+    assert 0 < one_head_width < width and english_after == english  # redrawn, not translated again
+    assert {request.split("/")[2] for request in requests} == {f"127.0.0.1:{port}"}  # the page fetched nothing else
+    attempts = [json.loads(line) for line in outside.read_text().splitlines()] if outside.exists() else []
+    assert attempts == [], f"the demo tried to reach other machines: {attempts}"
+
+
+def test_write_space(tiny_model_dir, tmp_path, capsys):
+    space = tmp_path / "space"
+    assert demo.main(["--model", "someone/scratch-de-en", "--write_space", str(space)]) is None
+    assert "hf upload USER/SPACE_NAME" in capsys.readouterr().out
+    assert sorted(path.name for path in space.iterdir()) == ["README.md", "app.py", "requirements.txt",
+                                                               "scratch_transformer"]
+    readme = (space / "README.md").read_text()
+    assert "sdk: gradio" in readme and "app_file: app.py" in readme
+    app = (space / "app.py").read_text()
+    assert "os.environ.setdefault(\"SCRATCH_TRANSFORMER_MODEL\", 'someone/scratch-de-en')" in app
+    requirements = (space / "requirements.txt").read_text().splitlines()
+    assert "gradio" in requirements and any(line.startswith("transformers") for line in requirements)
+    assert [line for line in requirements if line.startswith("torch")] == ["torch"]  # the CPU build's index is given
+    assert (space / "scratch_transformer" / "attention_maps.py").is_file()
+    assert not list(space.rglob("__pycache__"))
+    compile(app, "app.py", "exec")  # the Space's entry point is valid Python (starting it loads torch: too slow here)
+    with pytest.raises(SystemExit):
+        demo.main(["--model", str(tiny_model_dir), "--write_space", str(space)])
+    assert "is not empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "give --model"),
+    (["--model", "{folder}", "--port", "0"], "--port must be in 1 .. 65535"),
+    (["--model", "{folder}", "--max_new_tokens", "0"], "--max_new_tokens must be >= 1"),
+    (["--model", "{tmp}"], "holds no trained model"),
+])
+def test_demo_refuses_bad_arguments(tiny_model_dir, tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.delenv("SCRATCH_TRANSFORMER_MODEL", raising=False)
+    argv = [arg.format(folder=tiny_model_dir, tmp=tmp_path) for arg in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+

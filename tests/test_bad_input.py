@@ -104,8 +104,12 @@ DAMAGES = {
     "a_folder": FILE_FORMS,              # --*_file names a folder
     "duplicate": FOLDER_FORMS,           # val.en and val.en.gz side by side
     "bom_crlf": FORMS,                   # byte order mark + CRLF: accepted
+    "mixed_shapes": ("jsonl", "jsonl_gz", "json"),  # {"translation": {...}} and {"de": ..., "en": ...} rows: accepted
+    "unclosed_quote": ("csv",),          # a quoted field never closed
+    "dict_of_lists": ("json",),          # {"de": [...], "en": [...]}
 }
-ACCEPTED = {("bom_crlf", form) for form in FORMS} | {("mismatched", form) for form in FILE_FORMS}
+ACCEPTED = ({("bom_crlf", form) for form in FORMS} | {("mismatched", form) for form in FILE_FORMS}
+            | {("mixed_shapes", form) for form in DAMAGES["mixed_shapes"]})
 
 
 def write_data(root, form, damage=None, damaged="train"):
@@ -202,10 +206,25 @@ def _write_file_split(root, form, split, rows, damage):
     if damage == "a_folder":
         path.mkdir()
         return path, f"{path.name} is a folder"
+    name = path.name
+    if damage == "dict_of_lists":  # the message once said the languages were missing and listed them as found
+        name = f"{path.name}: column(s) ['de', 'en'] hold lists"
+    elif damage == "unclosed_quote":
+        name = f"{path.name} line 4: a quoted field"
     if damage == "mismatched":
         rows = [dict(row) for row in rows]
         del rows[2]["en"]
     text = "" if damage in ("empty", "header_only") else _rows_text(form, rows)
+    if damage == "mixed_shapes":  # every other row in the flat shape
+        shaped = [row if i % 2 else {"translation": row} for i, row in enumerate(rows)]
+        text = ("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in shaped) if form.startswith("jsonl")
+                else json.dumps(shaped, ensure_ascii=False))
+    elif damage == "unclosed_quote":
+        lines = text.split("\n")
+        lines[3] = '"' + lines[3]
+        text = "\n".join(lines)
+    elif damage == "dict_of_lists":
+        text = json.dumps({lang: [row[lang] for row in rows] for lang in LANGS}, ensure_ascii=False)
     if damage == "header_only":
         text = {"csv": "de,en\n", "json": "[]"}.get(form, "\n\n")
     elif damage == "bad_syntax":
@@ -224,7 +243,7 @@ def _write_file_split(root, form, split, rows, damage):
     _write(path, data, gz and damage != "not_gzip")
     if damage == "truncated_gz":
         path.write_bytes(path.read_bytes()[:40])
-    return path, path.name if damage else None
+    return path, name if damage else None
 
 
 # ---------------------------------------------------------------------------------------------------- cases
@@ -455,6 +474,8 @@ def test_training_script_refuses_bad_input_by_name_before_training(case, tmp_pat
     assert len(steps_run) == 2 and (out / "model.safetensors").is_file()
     if case.data[1] == "mismatched":  # the row without a target is dropped, and counted
         assert "dropped 1 empty pairs from split " + case.data[2] in caplog.text
+    if case.data[1] == "mixed_shapes":  # every row read, in its own shape
+        assert "dropped" not in caplog.text
 
 
 # ---------------------------------------------------------------------------------------------------- subprocesses

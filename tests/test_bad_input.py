@@ -290,8 +290,16 @@ FIXED_FLAGS = {
     ("lr_scheduler_type", "bogus"): "transformers' message 'bogus is not a valid SchedulerType, please select one "
                                     "of [...]' does not name --lr_scheduler_type (arguments.py __post_init__ could "
                                     "check the name first)",
+    ("max_steps", 0): "--max_steps 0 trains one step, then validates and tests (BLEU 0.00) (arguments.py "
+                      "_check_step_counts)",
+    ("max_steps", -3): "--max_steps -3 is read as 'not set' and trains --num_train_epochs",
+    ("save_steps", 0): "--save_steps 0 is accepted and leaves nothing to resume from",
+    ("max_target_length", 1): "--max_target_length 1 trains, saves, then dies in evaluation ('max_length is set to "
+                              "1'), leaving a half-written folder",
+    ("generation_max_length", 1): "as --max_target_length 1, for validation",
 }
-EXTRA_FLAGS = {"num_train_epochs": {"max_steps": None}, "length_penalty": {"num_beams": 2}}
+EXTRA_FLAGS = {"num_train_epochs": {"max_steps": None}, "length_penalty": {"num_beams": 2},
+               "save_steps": {"save_strategy": "steps"}}
 
 CONFIG_OVERRIDES = {  # --config_overrides -> the name the refusal must give
     "d_modle=32,num_heads=2": "d_modle",

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from conftest import MULTI30K, REPO_ROOT, load_script
@@ -373,6 +374,16 @@ def _catalogue(rng):
         "output_dir-not-empty": Case((rng.choice(FORMS), None, None), names=("output_dir",), setup="out_notes"),
         "output_dir-existing-empty+bad-data": Case(("csv", "bad_syntax", "val"), names=("<data>",),
                                                    setup="out_empty"),
+        "output_dir-read-only": Case((rng.choice(FORMS), None, None), names=("output_dir",), setup="out_readonly"),
+        "model_name_or_path-corrupt-weights": Case(
+            (rng.choice(FORMS), None, None), {"model_name_or_path": "{model}", "config_overrides": None},
+            ("finished_model: its model.safetensors is truncated or corrupt",), setup="corrupt_weights"),
+        "push_to_hub-hub-unreachable": Case((rng.choice(FORMS), None, None),
+                                            {"push_to_hub": True, "hub_model_id": "user/never-pushed"},
+                                            ("--push_to_hub user/never-pushed: the Hub",), setup="hub_down"),
+        "push_to_hub-no-token": Case((rng.choice(FORMS), None, None),
+                                     {"push_to_hub": True, "hub_model_id": "user/never-pushed"},
+                                     ("--push_to_hub user/never-pushed: no Hugging Face token",), setup="no_token"),
         "unknown-flag": Case((rng.choice(FORMS), None, None), {"bogus_flag": 3}, ("bogus_flag",)),
         "not-a-number": Case((rng.choice(FORMS), None, None), {"learning_rate": "fast"}, ("learning_rate",)),
         "not-a-bool": Case((rng.choice(FORMS), None, None), {"do_train": "maybe"}, ("do_train",)),
@@ -447,6 +458,30 @@ def prepare(case, tmp_path, monkeypatch, request):
         (out / "notes.txt").write_text("my notes\n")
     elif case.setup == "out_empty":
         out.mkdir()
+    elif case.setup == "out_readonly":  # a folder that takes no file (root writes anyway: /proc takes none)
+        (tmp_path / "read_only").mkdir()
+        (tmp_path / "read_only").chmod(0o555)
+        request.addfinalizer(lambda: (tmp_path / "read_only").chmod(0o755))
+        out = tmp_path / "read_only" / "run" if os.geteuid() != 0 else Path("/proc/scratch_transformer_run")
+    elif case.setup == "corrupt_weights":  # a header that does not parse: safetensors' "incomplete metadata"
+        shutil.copytree(request.getfixturevalue("tiny_model_dir"), tmp_path / "finished_model")
+        weights = tmp_path / "finished_model" / "model.safetensors"
+        weights.write_bytes((100).to_bytes(8, "little") + b"{" * 100 + weights.read_bytes()[108:])
+    elif case.setup == "hub_down":  # nothing listens on this port (a hub_server of another module may run)
+        import socket
+
+        from huggingface_hub import constants
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    elif case.setup == "no_token":
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        from huggingface_hub import constants
+
+        monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no_token"))
+        monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no_tokens"))
     flags = {**data_flags, **case.flags}
     flags = {k: (v.format(**paths) if isinstance(v, str) else v) for k, v in flags.items()}
     unused_sources = {k: None for k in ("dataset_name", "train_file", "validation_file", "test_file") if k not in flags}
@@ -633,3 +668,29 @@ def test_the_catalogue_is_large_and_seeded():
     assert len(CASES) + len(TRANSLATE_CASES) >= 60
     again = _catalogue(random.Random(SEED))
     assert list(again) == list(CASES) and list(again.values()) == list(CASES.values())
+
+
+# ---------------------------------------------------------------------------------------------------- finished runs
+
+
+def test_a_finished_run_rerun_into_its_folder_does_nothing(tmp_path, steps_run, capsys):
+    """The same command again (or with a larger budget) into a finished run's folder trains nothing, writes
+    nothing and says so; so does a folder finished before run_finished.json was written (all_results.json with
+    num_parameters beside the weights). It once resumed from the last checkpoint, trained one step past the
+    budget, averaged 3 checkpoints instead of 2 and overwrote the model."""
+    out = tmp_path / "run"
+    argv = tiny_run_flags(out, save_strategy="steps", save_steps=1, average_last_checkpoints=2, num_beams=1)
+    train_translation.main(argv)
+    assert len(steps_run) == 2 and (out / "run_finished.json").is_file()
+    assert json.loads((out / "run_finished.json").read_text())["train_steps"] == 2
+    capsys.readouterr()
+    before = snapshot(out)
+    for again in (argv, tiny_run_flags(out, save_strategy="steps", save_steps=1, average_last_checkpoints=2,
+                                       num_beams=1, max_steps=4)):
+        assert train_translation.main(again) == {"finished": True, "output_dir": str(out)}
+        said = capsys.readouterr().out
+        assert f"output_dir {out} holds a finished run" in said and "nothing to do" in said, said
+        assert len(steps_run) == 2 and snapshot(out) == before
+    (out / "run_finished.json").unlink()  # a folder finished by an earlier version
+    assert train_translation.main(argv)["finished"] is True
+    assert len(steps_run) == 2

@@ -10,6 +10,13 @@ training with a ValueError / FileNotFoundError / SystemExit whose message names 
 file's or folder's name), leaving no output folder behind (or a folder that existed exactly as it was) and having
 run no training step. A few cases run the scripts in a subprocess: no traceback, the last stderr line is the
 message. A case may be marked xfail(strict=True) with its reason while its fix is pending (none is today).
+
+Also here: mixed JSON row shapes (read), a CSV quote never closed, a JSON object of lists; --max_steps 0,
+--save_steps 0, --max_target_length 1; a read-only output folder, a Hub that cannot be reached or no token with
+--push_to_hub, a corrupt model.safetensors to fine-tune: all refused before training. A finished run rerun into its
+folder does nothing and says so. scripts/export_ctranslate2.py: --force onto the model, its parent, a training run
+or an export holding other files, corrupt weights, a bad --check_file: refused, nothing deleted; scripts/translate.py:
+a newline inside a sentence and an unseen character are accepted (a space; a warning naming the character).
 """
 
 import bz2
@@ -525,7 +532,8 @@ def test_training_script_refuses_bad_input_by_name_before_training(case, tmp_pat
 
 
 SCRIPT_CASES = ["data-folder_gz-latin1-", "data-jsonl-bad_syntax-", "data-csv-header_only-",
-                "dataset_name-missing-folder", "config_overrides-" + TINY + ",dropout=1.5"]
+                "dataset_name-missing-folder", "config_overrides-" + TINY + ",dropout=1.5",
+                "data-csv-unclosed_quote-", "data-json-dict_of_lists-", "flag-max_steps=0", "flag-save_steps=0"]
 
 
 def _script_case(prefix):
@@ -555,6 +563,22 @@ def script_runs(tmp_path_factory, tiny_model_dir):
          str(latin1), "--output_file", str(latin1.with_suffix(".out"))],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
         latin1.with_suffix(".out"), [latin1.name])
+    export = tmp_path_factory.mktemp("export")
+    shutil.copytree(tiny_model_dir, export / "parent" / "model")
+    (export / "parent" / "notes.txt").write_text("my notes\n")
+    runs["export-force-into-the-model's-parent"] = (subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "scripts" / "export_ctranslate2.py"), "--model", str(export / "parent" / "model"),
+         "--output_dir", str(export / "parent"), "--force"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        export / "parent" / "model" / "model.safetensors", [f"--output_dir {export / 'parent'}"])
+    shutil.copytree(tiny_model_dir, export / "corrupt")
+    weights = export / "corrupt" / "model.safetensors"
+    weights.write_bytes((100).to_bytes(8, "little") + b"{" * 100 + weights.read_bytes()[108:])
+    runs["export-corrupt-weights"] = (subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "scripts" / "export_ctranslate2.py"), "--model", str(export / "corrupt"),
+         "--output_dir", str(export / "ct2")],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        export / "ct2", [f"--model {export / 'corrupt'}"])
     results = {}
     for key, (process, out, names) in runs.items():
         _, stderr = process.communicate(timeout=180)
@@ -580,6 +604,19 @@ def test_translate_script_prints_the_refusal_without_traceback(script_runs, key,
     last = stderr.strip().splitlines()[-1]
     assert message in last and any(name in last for name in names), last
     assert not out.exists()
+
+
+@pytest.mark.parametrize("key, message", [("export-force-into-the-model's-parent", "holds the model being exported"),
+                                          ("export-corrupt-weights", "model.safetensors is truncated or corrupt")])
+def test_export_script_prints_the_refusal_without_traceback(script_runs, key, message):
+    code, stderr, kept, names = script_runs[key]
+    assert code not in (0, None) and "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert message in last and any(name in last for name in names), last
+    if kept.name == "model.safetensors":
+        assert kept.is_file() and (kept.parent.parent / "notes.txt").is_file()  # nothing deleted
+    else:
+        assert not kept.exists()
 
 
 # ---------------------------------------------------------------------------------------------------- translate.py
@@ -614,6 +651,8 @@ def _translate_cases():
         "output_file-a-folder": (["--output_file", "{tmp}", "Ein Hund."], ("--output_file",), "", ""),
         "unknown-flag": (["--beams", "4", "Ein Hund."], ("--beams",), "", ""),
         "sentence-longer-than-the-model": ([" ".join(["Ein Hund läuft über die Wiese."] * 12)], (), "", ""),
+        "ok-newline-and-emoji": (["Ein Hund\nläuft 😀 über die Wiese."], (), "", ""),  # a space; a warning
+        "model-corrupt-weights-header": (["Ein Hund."], ("bad_header",), "model:{tmp}/bad_header", ""),
         "latin1+bad-beams": (["--input_file", "{tmp}/latin1.txt", "--num_beams", "0"], ("--num_beams", "latin1.txt"),
                              "latin1", ""),
     }
@@ -639,8 +678,10 @@ def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_mod
     (tmp_path / "a_file.txt").write_text("not a model\n")
     (tmp_path / "only_config").mkdir()
     shutil.copy(tiny_model_dir / "config.json", tmp_path / "only_config")
-    for name in ("corrupt_config", "cut_weights"):
+    for name in ("corrupt_config", "cut_weights", "bad_header"):
         shutil.copytree(tiny_model_dir, tmp_path / name)
+    header = tmp_path / "bad_header" / "model.safetensors"  # safetensors' "incomplete metadata"
+    header.write_bytes((100).to_bytes(8, "little") + b"{" * 100 + header.read_bytes()[108:])
     (tmp_path / "corrupt_config" / "config.json").write_text('{"model_type": "scratch_transformer", ')
     weights = tmp_path / "cut_weights" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:200])
@@ -694,3 +735,70 @@ def test_a_finished_run_rerun_into_its_folder_does_nothing(tmp_path, steps_run, 
     (out / "run_finished.json").unlink()  # a folder finished by an earlier version
     assert train_translation.main(argv)["finished"] is True
     assert len(steps_run) == 2
+
+
+# ---------------------------------------------------------------------------------------------------- export script
+
+
+EXPORT_CASES = {
+    # name: (argv, names the refusal must give (empty: must succeed), setup)
+    "force-into-the-model's-parent": (["--model", "{tmp}/parent/model", "--output_dir", "{tmp}/parent", "--force"],
+                                      ("--output_dir {tmp}/parent holds the model being exported",), ""),
+    "force-onto-the-model": (["--model", "{tmp}/parent/model", "--output_dir", "{tmp}/parent/model", "--force"],
+                             ("is the model being exported",), ""),
+    "force-onto-a-training-run": (["--model", "{model}", "--output_dir", "{tmp}/run", "--force"],
+                                  ("--output_dir {tmp}/run is not an earlier CTranslate2 export",), ""),
+    "force-onto-an-export-with-notes": (["--model", "{model}", "--output_dir", "{tmp}/export", "--force"],
+                                        ("--output_dir {tmp}/export is an earlier export but also holds notes.txt",),
+                                        "export_notes"),
+    "output_dir-exists": (["--model", "{model}", "--output_dir", "{tmp}/export"], ("--force",), "export"),
+    "output_dir-a-file": (["--model", "{model}", "--output_dir", "{tmp}/parent/notes.txt", "--force"],
+                          ("notes.txt is a file",), ""),
+    "model-corrupt-weights": (["--model", "{tmp}/corrupt", "--output_dir", "{tmp}/ct2"],
+                              ("--model {tmp}/corrupt: its model.safetensors is truncated or corrupt",), ""),
+    "check_file-missing": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--check_file", "{tmp}/none.de"],
+                           ("--check_file {tmp}/none.de",), ""),
+    "check_file-latin1": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--check_file", "{tmp}/latin1.de"],
+                          ("--check_file {tmp}/latin1.de: not UTF-8",), ""),
+    "check_file-empty": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--check_file", "{tmp}/empty.de"],
+                         ("--check_file {tmp}/empty.de: no sentences",), ""),
+    "quantization-bogus": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--quantization", "int3"],
+                           ("quantization",), ""),
+    "ok-force-onto-an-earlier-export": (["--model", "{model}", "--output_dir", "{tmp}/export", "--force",
+                                         "--quantization", "int8", "--check_file", "{tmp}/check.de"], (), "export"),
+}
+
+
+@pytest.mark.parametrize("args, names, setup", [pytest.param(*spec, id=name) for name, spec in EXPORT_CASES.items()])
+def test_export_script_refuses_bad_input_by_name_and_deletes_nothing(args, names, setup, tiny_model_dir, tmp_path,
+                                                                     capsys):
+    pytest.importorskip("ctranslate2")
+    export_script = load_script("export_ctranslate2")
+    shutil.copytree(tiny_model_dir, tmp_path / "parent" / "model")
+    (tmp_path / "parent" / "notes.txt").write_text("my notes\n")
+    shutil.copytree(tiny_model_dir, tmp_path / "run")
+    shutil.copytree(tiny_model_dir, tmp_path / "run" / "checkpoint-4")
+    shutil.copytree(tiny_model_dir, tmp_path / "corrupt")
+    weights = tmp_path / "corrupt" / "model.safetensors"
+    weights.write_bytes((100).to_bytes(8, "little") + b"{" * 100 + weights.read_bytes()[108:])
+    (tmp_path / "latin1.de").write_bytes("Grüße aus Köln.\n".encode("latin-1"))
+    (tmp_path / "empty.de").write_text("\n\n")
+    (tmp_path / "check.de").write_text("Ein Hund.\nZwei Männer spielen.\n", encoding="utf-8")
+    if setup.startswith("export"):
+        export_script.main(["--model", str(tiny_model_dir), "--output_dir", str(tmp_path / "export")])
+        if setup == "export_notes":
+            (tmp_path / "export" / "notes.txt").write_text("how I made it\n")
+    paths = {"tmp": str(tmp_path), "model": str(tiny_model_dir)}
+    argv = [a.format(**paths) for a in args]
+    before = snapshot(tmp_path)
+    try:
+        export_script.main(argv)
+    except SystemExit as error:
+        message = _message(error, capsys)
+        assert names, f"refused: {message}"
+        assert any(name.format(**paths) in message for name in names), f"the message names none of {names}: {message}"
+        assert snapshot(tmp_path) == before, "a file was deleted or changed"
+        return
+    assert not names, f"accepted, but should have been refused naming one of {names}"
+    record = json.loads((tmp_path / "export" / "scratch_transformer_ctranslate2.json").read_text())
+    assert record["quantization"] == "int8" and record["agreement"]["sentences"] == 2

@@ -243,6 +243,13 @@ def check_export_target(model_name_or_path: str, output_dir: str, force: bool = 
         if target == source or source.startswith(target.rstrip(os.sep) + os.sep):
             raise ValueError(f"output_dir {output_dir} {'is' if target == source else 'holds'} the model being "
                              f"exported ({model_name_or_path}): the export would replace it; choose another folder")
+    from .paths import unwritable_reason
+
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise ValueError(f"output_dir {output_dir} is a file, not a folder: choose another --output_dir")
+    reason = unwritable_reason(os.path.dirname(target))  # the export is staged beside output_dir, then moved
+    if reason:
+        raise ValueError(f"output_dir {output_dir}: {reason}")
     if not os.path.exists(target):
         return
     if not os.path.isdir(target):

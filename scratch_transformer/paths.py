@@ -79,3 +79,29 @@ def model_folder_problem(folder: str, flag: str = "--model", needs_tokenizer: bo
     if checkpoints:
         problem += f"; its checkpoints do, e.g. {flag} {os.path.join(folder, checkpoints[-1])}"
     return problem + "; give the output folder of scripts/train_translation.py"
+
+
+def unwritable_reason(path: str) -> str | None:
+    """Why `path` (a folder or file to be written, existing or not) cannot be written, or None when it can: the
+    nearest existing folder at or above it must take a new file (an empty temporary file is made and removed)
+    and an existing file must open for writing (it is not changed). Catches a read-only folder or file system
+    before the work whose result would be written there."""
+    import tempfile
+
+    target = os.path.abspath(os.path.expanduser(path))
+    folder = target
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if folder != target and not os.path.isdir(folder):
+        return f"{folder} is a file"
+    try:
+        if os.path.isfile(target):
+            with open(target, "r+b"):
+                return None
+        handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+        os.close(handle)
+        os.remove(probe)
+    except OSError as error:
+        where = "" if folder == target else f" (in {folder})"
+        return f"cannot write there{where}: {error.strerror or error}"
+    return None

@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 import transformers
@@ -57,6 +56,7 @@ from .paths import (
     looks_like_local_path,
     missing_path_message,
     model_folder_problem,
+    unwritable_reason,
 )
 from .tokenization import tokenizer_special_ids, train_tokenizer_on_dataset
 from .trainer import TranslationTrainer
@@ -555,25 +555,16 @@ def check_start(model_args, training_args) -> str | None:
 
 def _check_writable(output_dir: str) -> None:
     """output_dir (or, not made yet, the nearest folder above it, where it will be made) takes a file: a
-    read-only folder or file system is refused now, not at the first checkpoint. Writes and removes one
-    empty temporary file.
+    read-only folder or file system is refused now, not at the first checkpoint (`paths.unwritable_reason`).
 
     Raises:
         ValueError: naming --output_dir and why it cannot be written.
     """
-    folder = os.path.abspath(output_dir)
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder):
-        raise ValueError(f"output_dir {output_dir}: cannot be made, {folder} is a file")
-    try:
-        handle, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
-        os.close(handle)
-        os.remove(probe)
-    except OSError as error:
-        where = "" if folder == os.path.abspath(output_dir) else f" (in {folder}, where it would be made)"
-        raise ValueError(f"output_dir {output_dir}: cannot write there{where}: "
-                         f"{error.strerror or error}") from None
+    if os.path.isfile(output_dir):
+        return  # resume_checkpoint_in says "is a file, not a folder"
+    reason = unwritable_reason(output_dir)
+    if reason:
+        raise ValueError(f"output_dir {output_dir}: {reason}")
 
 
 def _check_model_sources(model_args) -> None:

@@ -133,6 +133,12 @@ def main(argv=None) -> list[str]:
         parser.error(f"--output_file {args.output_file}: a folder, not a file")
     if args.output_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.output_file))):
         parser.error(f"--output_file {args.output_file}: its folder does not exist")
+    if args.output_file:
+        from scratch_transformer.paths import unwritable_reason
+
+        reason = unwritable_reason(args.output_file)  # a read-only folder: refused before decoding, not after
+        if reason:
+            parser.error(f"--output_file {args.output_file}: {reason}")
     if args.engine == "ctranslate2":
         model_folder = _check_ctranslate2_folder(parser, args.model, args.revision)
     else:

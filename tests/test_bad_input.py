@@ -465,11 +465,8 @@ def prepare(case, tmp_path, monkeypatch, request):
         (out / "notes.txt").write_text("my notes\n")
     elif case.setup == "out_empty":
         out.mkdir()
-    elif case.setup == "out_readonly":  # a folder that takes no file (root writes anyway: /proc takes none)
-        (tmp_path / "read_only").mkdir()
-        (tmp_path / "read_only").chmod(0o555)
-        request.addfinalizer(lambda: (tmp_path / "read_only").chmod(0o755))
-        out = tmp_path / "read_only" / "run" if os.geteuid() != 0 else Path("/proc/scratch_transformer_run")
+    elif case.setup == "out_readonly":
+        out = Path(read_only_folder(tmp_path, request)) / "scratch_transformer_run"
     elif case.setup == "corrupt_weights":  # a header that does not parse: safetensors' "incomplete metadata"
         shutil.copytree(request.getfixturevalue("tiny_model_dir"), tmp_path / "finished_model")
         weights = tmp_path / "finished_model" / "model.safetensors"
@@ -652,6 +649,7 @@ def _translate_cases():
         "unknown-flag": (["--beams", "4", "Ein Hund."], ("--beams",), "", ""),
         "sentence-longer-than-the-model": ([" ".join(["Ein Hund läuft über die Wiese."] * 12)], (), "", ""),
         "ok-newline-and-emoji": (["Ein Hund\nläuft 😀 über die Wiese."], (), "", ""),  # a space; a warning
+        "output_file-read-only": (["--output_file", "{read_only}/out.txt", "Ein Hund."], ("--output_file",), "", ""),
         "model-corrupt-weights-header": (["Ein Hund."], ("bad_header",), "model:{tmp}/bad_header", ""),
         "latin1+bad-beams": (["--input_file", "{tmp}/latin1.txt", "--num_beams", "0"], ("--num_beams", "latin1.txt"),
                              "latin1", ""),
@@ -666,9 +664,19 @@ def _translate_param(name, spec):
     return pytest.param(*spec[:3], id=name, marks=marks)
 
 
+def read_only_folder(tmp_path, request) -> str:
+    """A folder that takes no file: chmod 555, or for root (who writes there anyway) /proc."""
+    if os.geteuid() == 0:
+        return "/proc"
+    (tmp_path / "read_only").mkdir()
+    (tmp_path / "read_only").chmod(0o555)
+    request.addfinalizer(lambda: (tmp_path / "read_only").chmod(0o755))
+    return str(tmp_path / "read_only")
+
+
 @pytest.mark.parametrize("args, names, setup", [_translate_param(n, s) for n, s in TRANSLATE_CASES.items()])
-def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_model_dir, tmp_path, capsys):
-    paths = {"tmp": str(tmp_path)}
+def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_model_dir, tmp_path, capsys, request):
+    paths = {"tmp": str(tmp_path), "read_only": read_only_folder(tmp_path, request)}
     model = str(tiny_model_dir)
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "bom.txt").write_bytes("\ufeffEin Hund.\r\nZwei Männer.\r\n".encode("utf-8"))
@@ -764,6 +772,8 @@ EXPORT_CASES = {
                          ("--check_file {tmp}/empty.de: no sentences",), ""),
     "quantization-bogus": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--quantization", "int3"],
                            ("quantization",), ""),
+    "output_dir-read-only": (["--model", "{model}", "--output_dir", "{read_only}/ct2"],
+                             ("--output_dir {read_only}/ct2: cannot write there",), ""),
     "ok-force-onto-an-earlier-export": (["--model", "{model}", "--output_dir", "{tmp}/export", "--force",
                                          "--quantization", "int8", "--check_file", "{tmp}/check.de"], (), "export"),
 }
@@ -771,7 +781,7 @@ EXPORT_CASES = {
 
 @pytest.mark.parametrize("args, names, setup", [pytest.param(*spec, id=name) for name, spec in EXPORT_CASES.items()])
 def test_export_script_refuses_bad_input_by_name_and_deletes_nothing(args, names, setup, tiny_model_dir, tmp_path,
-                                                                     capsys):
+                                                                     capsys, request):
     pytest.importorskip("ctranslate2")
     export_script = load_script("export_ctranslate2")
     shutil.copytree(tiny_model_dir, tmp_path / "parent" / "model")
@@ -788,7 +798,7 @@ def test_export_script_refuses_bad_input_by_name_and_deletes_nothing(args, names
         export_script.main(["--model", str(tiny_model_dir), "--output_dir", str(tmp_path / "export")])
         if setup == "export_notes":
             (tmp_path / "export" / "notes.txt").write_text("how I made it\n")
-    paths = {"tmp": str(tmp_path), "model": str(tiny_model_dir)}
+    paths = {"tmp": str(tmp_path), "model": str(tiny_model_dir), "read_only": read_only_folder(tmp_path, request)}
     argv = [a.format(**paths) for a in args]
     before = snapshot(tmp_path)
     try:

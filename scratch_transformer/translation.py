@@ -424,8 +424,12 @@ def _run_steps(model_args, data_args, training_args) -> dict:
     if training_args.push_to_hub and trainer.is_world_process_zero():
         from .hub import push_output_dir
 
-        results["hub_commit"] = push_output_dir(training_args.output_dir, training_args.hub_model_id,
-                                                private=training_args.hub_private_repo)
+        try:
+            results["hub_commit"] = push_output_dir(training_args.output_dir, training_args.hub_model_id,
+                                                    private=training_args.hub_private_repo)
+        except RuntimeError as error:  # the Hub went away during the run: the finished folder is kept
+            raise OSError(f"{error}; the run finished and {training_args.output_dir} is complete: the same command "
+                          "again pushes it without training") from None
     return results
 
 

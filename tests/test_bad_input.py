@@ -812,3 +812,30 @@ def test_export_script_refuses_bad_input_by_name_and_deletes_nothing(args, names
     assert not names, f"accepted, but should have been refused naming one of {names}"
     record = json.loads((tmp_path / "export" / "scratch_transformer_ctranslate2.json").read_text())
     assert record["quantization"] == "int8" and record["agreement"]["sentences"] == 2
+
+
+def test_a_push_that_fails_after_training_keeps_the_run_and_the_same_command_pushes_it(tmp_path, steps_run,
+                                                                                        monkeypatch):
+    """The Hub answers the check before training, then is gone at the push: one message (no traceback), the
+    finished folder kept; the same command again pushes it without training."""
+    import scratch_transformer.hub as hub
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(hub, "check_hub_access", lambda repo_id: "user")  # the Hub answered before training
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")  # and is gone at the push
+    out = tmp_path / "run"
+    argv = tiny_run_flags(out, num_beams=1, push_to_hub=True, hub_model_id="user/pushed-later")
+    with pytest.raises(OSError, match=rf"could not push {out} to .*; the run finished and {out} is complete: the "
+                                      "same command again pushes it without training"):
+        train_translation.main(argv)
+    assert len(steps_run) == 2 and (out / "run_finished.json").is_file() and (out / "model.safetensors").is_file()
+    pushed = []
+    monkeypatch.setattr(hub, "push_output_dir", lambda folder, repo_id, private=None: pushed.append(
+        (folder, repo_id)) or "abc123")
+    assert train_translation.main(argv) == {"finished": True, "output_dir": str(out), "hub_commit": "abc123"}
+    assert pushed == [(str(out), "user/pushed-later")] and len(steps_run) == 2

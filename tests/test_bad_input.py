@@ -564,8 +564,8 @@ def script_runs(tmp_path_factory, tiny_model_dir):
     shutil.copytree(tiny_model_dir, export / "parent" / "model")
     (export / "parent" / "notes.txt").write_text("my notes\n")
     runs["export-force-into-the-model's-parent"] = (subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "scripts" / "export_ctranslate2.py"), "--model", str(export / "parent" / "model"),
-         "--output_dir", str(export / "parent"), "--force"],
+        [sys.executable, str(REPO_ROOT / "scripts" / "export_ctranslate2.py"), "--model",
+         str(export / "parent" / "model"), "--output_dir", str(export / "parent"), "--force"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
         export / "parent" / "model" / "model.safetensors", [f"--output_dir {export / 'parent'}"])
     shutil.copytree(tiny_model_dir, export / "corrupt")

@@ -162,6 +162,10 @@ class DataTrainingArguments:
         for name in ("max_source_length", "max_target_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 token, got {getattr(self, name)}")
+        if self.max_target_length < 2:  # generate() starts from the decoder start token: room for one more
+            raise ValueError(f"max_target_length must be >= 2 tokens (the decoder start token and at least one "
+                             f"generated token; validation and the test would fail after training), got "
+                             f"{self.max_target_length}")
         for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (leave it out to use the whole split), got "
@@ -267,6 +271,7 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
             self.use_cpu = True
         self._resolve_precision()
         self._check_token_batches()
+        self._check_step_counts()
         super().__post_init__()
         if self.max_tokens_per_batch is not None:
             config = self.accelerator_config
@@ -282,6 +287,23 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
             logger.warning("`accelerate launch --cpu` started a single process: for several CPU processes use "
                            "--config_file configs/accelerate_cpu_2proc.yaml (or --multi_gpu) instead of --cpu")
 
+
+    def _check_step_counts(self) -> None:
+        """--max_steps 0 (HF would still train one step), a --save_steps / --eval_steps / --logging_steps of 0 or
+        less where their strategy is "steps" (no checkpoint to resume from), and a --generation_max_length
+        below 2, refused by name before anything is built."""
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(f"max_steps must be >= 1 (or -1, the default: train --num_train_epochs), got "
+                             f"{self.max_steps}")
+        for name, strategy in (("save_steps", self.save_strategy), ("eval_steps", self.eval_strategy),
+                               ("logging_steps", self.logging_strategy)):
+            value = getattr(self, name)
+            if getattr(strategy, "value", strategy) == "steps" and value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 with {name.split('_')[0]}_strategy 'steps' (a number of steps, "
+                                 f"or a fraction of the run below 1), got {value}")
+        if self.generation_max_length is not None and self.generation_max_length < 2:
+            raise ValueError(f"generation_max_length must be >= 2 tokens (the decoder start token and at least one "
+                             f"generated token), got {self.generation_max_length}")
 
     def _check_token_batches(self) -> None:
         """--max_tokens_per_batch: a whole number >= 1, and none of the options it replaces or cannot honour."""

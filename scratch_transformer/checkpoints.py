@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import torch
 from safetensors.torch import load_file
 
+from .paths import is_complete_safetensors  # noqa: F401  (checked here; kept importable from this module)
+
 logger = logging.getLogger(__name__)
 
 
@@ -29,22 +31,6 @@ def sorted_checkpoints(output_dir: str) -> list[str]:
         if name.startswith("checkpoint-") and name.split("-")[-1].isdigit():
             found.append((int(name.split("-")[-1]), os.path.join(output_dir, name)))
     return [path for _, path in sorted(found)]
-
-
-def is_complete_safetensors(path: str) -> bool:
-    """True when a .safetensors file is whole: its JSON header parses and the file holds every byte the
-    header indexes (a file cut short by a crash fails this; the tensors themselves are not read)."""
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as handle:
-            header_size = int.from_bytes(handle.read(8), "little")
-            if header_size <= 0 or 8 + header_size > size:
-                return False
-            header = json.loads(handle.read(header_size))
-        end = max((entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"), default=0)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return False
-    return size >= 8 + header_size + end
 
 
 def is_complete_checkpoint(folder: str) -> bool:

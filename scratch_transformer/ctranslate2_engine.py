@@ -167,7 +167,9 @@ class ScratchTransformerConverter:
 
     @staticmethod
     def _tensor(parameter: torch.Tensor):
-        return parameter.detach().to(torch.float32).contiguous().numpy()
+        # a copy: ctranslate2 quantizes (and scales) the arrays it is given in place, and a float32 parameter's
+        # .numpy() is the parameter's own memory (an int8 conversion once rewrote 10 of the model's weights)
+        return parameter.detach().to(torch.float32, copy=True).contiguous().numpy()
 
     def _set_stack(self, spec, stack, cross_attention: bool):
         config = self.model.config
@@ -216,8 +218,78 @@ class ScratchTransformerConverter:
         return _Converter()
 
 
+# what an export writes besides ENGINE_FILE (an export from before ENGINE_FILE listed its files holds only these)
+EXPORT_FILES = ("model.bin", "config.json", "shared_vocabulary.json", "source_vocabulary.json",
+                "target_vocabulary.json", "vocabulary.json", "vocabulary.txt", "generation_config.json",
+                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                "chat_template.jinja")
+
+
+def check_export_target(model_name_or_path: str, output_dir: str, force: bool = False) -> None:
+    """Refuse, before anything is loaded, an output folder the export must not replace.
+
+    Never replaced: the model folder being exported, or a folder holding it; a file; and, with `force`, an
+    existing folder that is not an earlier export of this module (no ENGINE_FILE), or one holding files an
+    export does not write (a user's notes). An empty folder is taken.
+
+    Raises:
+        ValueError: naming output_dir and what is there.
+        FileExistsError: output_dir exists (an earlier export) and force is False.
+    """
+    target = os.path.realpath(os.path.expanduser(output_dir))
+    source = os.path.expanduser(model_name_or_path)
+    if os.path.isdir(source):
+        source = os.path.realpath(source)
+        if target == source or source.startswith(target.rstrip(os.sep) + os.sep):
+            raise ValueError(f"output_dir {output_dir} {'is' if target == source else 'holds'} the model being "
+                             f"exported ({model_name_or_path}): the export would replace it; choose another folder")
+    from .paths import unwritable_reason
+
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise ValueError(f"output_dir {output_dir} is a file, not a folder: choose another --output_dir")
+    reason = unwritable_reason(os.path.dirname(target))  # the export is staged beside output_dir, then moved
+    if reason:
+        raise ValueError(f"output_dir {output_dir}: {reason}")
+    if not os.path.exists(target):
+        return
+    if not os.path.isdir(target):
+        raise ValueError(f"output_dir {output_dir} is a file, not a folder: choose another --output_dir")
+    names = sorted(os.listdir(target))
+    if not names:
+        return
+    if not force:
+        raise FileExistsError(f"output_dir {output_dir} already exists (pass force=True / --force to replace it)")
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    if ENGINE_FILE not in names:
+        raise ValueError(f"output_dir {output_dir} is not an earlier CTranslate2 export (no {ENGINE_FILE}; it holds "
+                         f"{shown}): --force replaces only a folder this export wrote; choose another --output_dir")
+    try:
+        with open(os.path.join(target, ENGINE_FILE), encoding="utf-8") as handle:
+            listed = json.load(handle).get("files")
+    except (OSError, ValueError, AttributeError):
+        listed = None
+    known = set(listed) if isinstance(listed, list) else set(EXPORT_FILES)
+    others = [name for name in names if name not in known and name != ENGINE_FILE]
+    if others:
+        raise ValueError(f"output_dir {output_dir} is an earlier export but also holds {', '.join(others[:6])}, "
+                         "which the export did not write: --force would delete them; move them or choose another "
+                         "--output_dir")
+
+
+def generation_agreement(model, engine, tokenizer, sentences, batch_size: int = 32) -> dict:
+    """How many of `sentences` the converted engine translates differently from the model's generate(), both
+    with the saved generation config: {"sentences": n, "differ": k, "examples": [first differing source, ...]}."""
+    from .inference import translate
+
+    ours = translate(model, tokenizer, sentences, batch_size=batch_size)
+    theirs = translate(engine, tokenizer, sentences, batch_size=batch_size)
+    differing = [source for source, a, b in zip(sentences, ours, theirs) if a != b]
+    return {"sentences": len(sentences), "differ": len(differing), "examples": differing[:3]}
+
+
 def export_ctranslate2(model_name_or_path: str, output_dir: str, quantization: str | None = None,
-                       force: bool = False, revision: str | None = None, trust_remote_code: bool = False) -> str:
+                       force: bool = False, revision: str | None = None, trust_remote_code: bool = False,
+                       check_sentences=None) -> str:
     """Convert a trained model to a CTranslate2 folder, with its tokenizer and generation defaults beside it.
 
     The folder holds CTranslate2's model.bin, config.json and shared_vocabulary.json, the tokenizer files,
@@ -229,26 +301,34 @@ def export_ctranslate2(model_name_or_path: str, output_dir: str, quantization: s
         output_dir: the folder to write (refused if it exists, unless `force`).
         quantization: the weights' type in the folder: one of QUANTIZATIONS (int8 for fast CPU inference;
             None keeps float32). The compute type can still be chosen when loading (`CTranslate2Model`).
+        force: replace output_dir if it is an earlier export (`check_export_target`).
+        check_sentences: source sentences to translate with generate() and with the conversion: how many
+            differ is logged and recorded in ENGINE_FILE ("agreement"). None: not measured (a warning for a
+            quantized export says how to measure it).
     Returns:
         output_dir.
     Raises:
         ValueError: an unknown quantization, a generation config with options CTranslate2 cannot apply
-            (named), or a model that is not a scratch_transformer.
+            (named), a model that is not a scratch_transformer or whose weights cannot be read, or an
+            output_dir that must not be replaced (`check_export_target`).
         FileExistsError: output_dir exists and force is False.
         ImportError: ctranslate2 is not installed.
     """
     _require_ctranslate2()
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
-    if os.path.exists(output_dir) and not force:
-        raise FileExistsError(f"output_dir {output_dir} already exists (pass force=True / --force to replace it)")
+    check_export_target(model_name_or_path, output_dir, force)
+    from safetensors import SafetensorError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
     from . import modeling_scratch_transformer  # noqa: F401  (registers the model with the Auto classes)
 
     tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, revision=revision)
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, revision=revision,
-                                                  trust_remote_code=trust_remote_code)
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, revision=revision,
+                                                      trust_remote_code=trust_remote_code)
+    except SafetensorError as error:  # weights cut short or corrupt
+        raise ValueError(f"{model_name_or_path}: its model.safetensors cannot be read ({error})") from None
     converter = ScratchTransformerConverter(model.eval(), tokenizer)  # refuses other models first
     try:
         generation = GenerationConfig.from_pretrained(model_name_or_path, revision=revision)
@@ -275,11 +355,29 @@ def export_ctranslate2(model_name_or_path: str, output_dir: str, quantization: s
             "pad_token_id": config.pad_token_id, "eos_token_id": config.eos_token_id,
             "decoder_start_token_id": config.decoder_start_token_id, "vocab_size": config.vocab_size,
             "max_position_embeddings": config.max_position_embeddings,
-            "decoding_differences": differences,
+            "decoding_differences": differences, "files": sorted(os.listdir(staged)),
         }
         with open(os.path.join(staged, ENGINE_FILE), "w", encoding="utf-8") as handle:
             json.dump(record, handle, indent=2)
             handle.write("\n")
+        weights = quantization or "float32"
+        if check_sentences:
+            engine = CTranslate2Model.from_pretrained(staged)
+            record["agreement"] = generation_agreement(model, engine, tokenizer, list(check_sentences))
+            del engine
+            agreement = record["agreement"]
+            logger.log(logging.WARNING if agreement["differ"] else logging.INFO,
+                       "%s export: %d of %d sentences translate differently from generate() (beam %s)%s", weights,
+                       agreement["differ"], agreement["sentences"], generation.num_beams or 1,
+                       f", e.g. {agreement['examples'][0]!r}" if agreement["examples"] else "")
+            with open(os.path.join(staged, ENGINE_FILE), "w", encoding="utf-8") as handle:
+                json.dump(record, handle, indent=2)
+                handle.write("\n")
+        else:
+            logger.log(logging.WARNING if quantization not in (None, "float32") else logging.INFO,
+                       "%s export: agreement with generate() not measured (pass source sentences, one per line, "
+                       "with --check_file to count how many translate differently)", weights)
+        check_export_target(model_name_or_path, output_dir, force)  # nothing appeared there meanwhile
         if os.path.exists(output_dir):
             shutil.rmtree(output_dir)
         shutil.move(staged, output_dir)  # whole or not at all: an interrupted export leaves no half folder

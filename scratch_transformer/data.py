@@ -314,6 +314,15 @@ def _extract_pairs(batch: dict[str, list], src_lang: str, tgt_lang: str, mode: s
             (t.get(src_lang), t.get(tgt_lang)) if isinstance(t, Mapping) else (None, None)
             for t in batch["translation"]
         )
+    elif mode == "mixed":  # each row's own shape: its language columns, else its translation dict
+        empty: dict[str, Any] = {}
+        rows = len(batch["translation"])
+        columns = [batch.get(lang, [None] * rows) for lang in (src_lang, tgt_lang)]
+        pairs = (
+            tuple(column[i] if column[i] is not None else (t if isinstance(t, Mapping) else empty).get(lang)
+                  for column, lang in zip(columns, (src_lang, tgt_lang)))
+            for i, t in enumerate(batch["translation"])
+        )
     else:
         pairs = zip(batch[src_lang], batch[tgt_lang])
     out_src: list[str] = []
@@ -329,13 +338,22 @@ def _extract_pairs(batch: dict[str, list], src_lang: str, tgt_lang: str, mode: s
 def _row_shape(ds: datasets.Dataset, src_lang: str, tgt_lang: str, where: str) -> str:
     """Decide how to read the two languages from the rows of ``ds``.
 
-    Returns ``"columns"`` (one column per language) or ``"translation"`` (wmt16 style
-    ``translation`` dict). Raises ValueError listing the languages present otherwise.
+    Returns ``"columns"`` (one column per language), ``"translation"`` (wmt16 style
+    ``translation`` dict) or ``"mixed"`` (rows of both shapes, e.g. one JSON Lines file: each row is read
+    in its own shape). Raises ValueError listing the languages present otherwise, or for language columns
+    that hold lists (a JSON object of lists).
     """
     features = ds.features
     column_langs = [name for name, feat in features.items() if isinstance(feat, datasets.Value)]
+    listed = [lang for lang in (src_lang, tgt_lang)
+              if lang in features and isinstance(features[lang], (datasets.Sequence, datasets.List, list))]
+    if listed:  # {"de": [...], "en": [...]}: a JSON object of lists is read as one row of lists
+        raise ValueError(
+            f"{where}: column(s) {listed} hold lists of sentences, not one sentence per row (a JSON object of "
+            "lists?); write one {\"de\": ..., \"en\": ...} object per row (JSON Lines, or a JSON list of objects)"
+        )
     if src_lang in column_langs and tgt_lang in column_langs:
-        return "columns"
+        return "mixed" if "translation" in features else "columns"
 
     translation_langs: list[str] = []
     if "translation" in features:
@@ -360,7 +378,8 @@ def _row_shape(ds: datasets.Dataset, src_lang: str, tgt_lang: str, where: str) -
                 f"found feature {feat!r}"
             )
         if src_lang in translation_langs and tgt_lang in translation_langs:
-            return "translation"
+            # rows of both shapes in one file ({"translation": {...}} and {"de": ..., "en": ...}): read each
+            return "mixed" if src_lang in column_langs or tgt_lang in column_langs else "translation"
 
     # Report what is there: the string columns (minus 'translation') and the translation keys.
     present = sorted(
@@ -752,12 +771,16 @@ def _json_problem(path: str, text: str) -> str | None:
 
 
 def _csv_problem(path: str, text: str) -> str | None:
-    """First row of ``text`` with more fields than the header (or no row at all), as a message."""
-    reader = csv.reader(text.split("\n"))
+    """First row of ``text`` with more fields than the header, or a quote never closed (or no row at all), as
+    a message."""
+    reader = csv.reader(text.split("\n"), strict=True)
+    start = 1  # the line where the row being read begins (a quoted field may run over several)
     try:
         header = next(reader)
         rows = 0
+        start = reader.line_num + 1
         for row in reader:
+            start = reader.line_num + 1
             rows += bool(row)
             if len(row) > len(header):
                 return (
@@ -765,6 +788,11 @@ def _csv_problem(path: str, text: str) -> str | None:
                     f"({header}); quote fields that contain a comma"
                 )
     except csv.Error as e:
+        if "unexpected end of data" in str(e):
+            return f"{path} line {start}: a quoted field (\") opened on this line is never closed"
+        if reader.line_num > start:  # the row ran over several lines: a quote opened at its start
+            return (f"{path} line {start}: a quoted field (\") opened on this line runs on to line "
+                    f"{reader.line_num}, where the CSV breaks ({e}); close the quote")
         return f"{path} line {reader.line_num}: not valid CSV ({e})"
     return None if rows else _EMPTY
 

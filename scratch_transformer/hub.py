@@ -10,7 +10,8 @@ logger = logging.getLogger(__name__)
 
 # Training leftovers that do not belong in a published model repo.
 IGNORE_PATTERNS = ["checkpoint-*", "checkpoint-*/**", "*.tmp", "runs/**", "training_args.bin", "trainer_state.json",
-                   "train_results.json", "eval_results.json", "test_results.json", "averaging_results.json"]
+                   "train_results.json", "eval_results.json", "test_results.json", "averaging_results.json",
+                   "run_finished.json"]
 
 
 def check_repo_id(repo_id: str | None) -> str:
@@ -28,6 +29,40 @@ def check_repo_id(repo_id: str | None) -> str:
     if repo_id.count("/") != 1:
         raise ValueError(f"hub_model_id must look like 'user/name', got {repo_id!r}")
     return repo_id
+
+
+def check_hub_access(repo_id: str) -> str:
+    """Before any work: the Hub answers and takes this token for writing (one whoami request, no retries).
+
+    Returns:
+        the user name the token belongs to.
+    Raises:
+        ValueError: naming --push_to_hub and the endpoint: no token, a token the Hub refuses or that can only
+            read, or a Hub that cannot be reached.
+    """
+    from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
+
+    where = f"--push_to_hub {repo_id}"
+    try:
+        info = HfApi().whoami()
+    except LocalTokenNotFoundError:
+        raise ValueError(f"{where}: no Hugging Face token to push with (log in: hf auth login, or set HF_TOKEN); "
+                         f"checked before training") from None
+    except HfHubHTTPError as error:
+        status = getattr(error.response, "status_code", None)
+        if status in (401, 403):
+            raise ValueError(f"{where}: the Hub ({constants.ENDPOINT}) refuses the token (HTTP {status}); log in "
+                             "again: hf auth login") from None
+        raise ValueError(f"{where}: the Hub ({constants.ENDPOINT}) answered HTTP {status} to a token check: "
+                         f"{str(error).splitlines()[0]}") from None
+    except Exception as error:  # connection refused, DNS, timeout
+        raise ValueError(f"{where}: the Hub ({constants.ENDPOINT}) cannot be reached ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else ''}); check the connection, or leave "
+                         "--push_to_hub out and push the folder later") from None
+    role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise ValueError(f"{where}: the token can only read (role 'read'); use a token with write access")
+    return info.get("name", "")
 
 
 def push_output_dir(folder: str, repo_id: str, private: bool | None = None, commit_message: str | None = None) -> str:

@@ -6,15 +6,26 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from .pipeline_scratch_transformer import (
+    DEFAULT_MAX_SOURCE_LENGTH,
+    clean_source,
+    source_limit,
+    truncation_message,
+    unknown_characters,
+    unknown_message,
+)
+
 
 @torch.no_grad()
 def translate(model, tokenizer, sentences: Sequence[str], batch_size: int = 32, num_beams: int | None = None,
-              max_new_tokens: int | None = None, max_source_length: int = 256, progress: bool = False,
+              max_new_tokens: int | None = None, max_source_length: int = DEFAULT_MAX_SOURCE_LENGTH,
+              progress: bool = False,
               **generate_kwargs) -> list[str]:
     """Translate sentences in batches of similar length; the output keeps the input order.
 
     Args:
-        sentences: source sentences (an empty string translates to an empty string).
+        sentences: source sentences (an empty string translates to an empty string; a newline or tab inside one
+            is a space, as in the pipeline).
         batch_size: sentences per generate() call.
         num_beams / max_new_tokens: override the model's generation_config when given.
         max_source_length: longer sources are truncated to this many tokens (end-of-sentence token included;
@@ -27,7 +38,9 @@ def translate(model, tokenizer, sentences: Sequence[str], batch_size: int = 32, 
         ValueError: batch_size, num_beams, max_new_tokens or max_source_length < 1, a single string instead of a list, a non-string
             item, or num_return_sequences other than 1.
     Warns:
-        UserWarning: when sources were truncated to max_source_length, with their count.
+        UserWarning: when sources were truncated to max_source_length, with their count; when sources hold
+            characters the tokenizer never saw (read as <unk>), with their count and the characters. The same
+            rule and messages as the pipeline's (pipeline_scratch_transformer).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -50,18 +63,22 @@ def translate(model, tokenizer, sentences: Sequence[str], batch_size: int = 32, 
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         generate_kwargs["max_new_tokens"] = max_new_tokens
     # a source can be no longer than the model's positional encoding (paper 3.5) reaches
-    max_source_length = min(max_source_length, getattr(model.config, "max_position_embeddings", max_source_length))
+    max_source_length = source_limit(model, max_source_length)
     model.eval()
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    sources = [clean_source(sentence) for sentence in sentences]
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results = [""] * len(sentences)
-    truncated = 0
+    truncated, unknown_sentences, unknown = 0, 0, {}
     bar = tqdm(total=len(sentences), unit="sent", disable=not progress)
     for start in range(0, len(order), batch_size):
-        indices = [i for i in order[start : start + batch_size] if sentences[i].strip()]
+        indices = [i for i in order[start : start + batch_size] if sources[i]]
         if indices:
-            texts = [sentences[i].strip() for i in indices]
+            texts = [sources[i] for i in indices]
             lengths = [len(ids) for ids in tokenizer(texts, verbose=False)["input_ids"]]
             truncated += sum(length > max_source_length for length in lengths)
+            for characters in unknown_characters(tokenizer, texts):
+                unknown_sentences += bool(characters)
+                unknown.update(dict.fromkeys(characters))
             batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
                               max_length=max_source_length).to(model.device)
             output = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -71,8 +88,7 @@ def translate(model, tokenizer, sentences: Sequence[str], batch_size: int = 32, 
         bar.update(len(order[start : start + batch_size]))
     bar.close()
     if truncated:
-        warnings.warn(
-            f"{truncated} of {len(sentences)} sentences are longer than max_source_length={max_source_length} tokens "
-            f"and were truncated: their translations cover only the first {max_source_length} tokens (split long "
-            "texts into sentences, one per line, or raise max_source_length)", UserWarning, stacklevel=2)
+        warnings.warn(truncation_message(truncated, len(sentences), max_source_length), UserWarning, stacklevel=2)
+    if unknown_sentences:
+        warnings.warn(unknown_message(unknown_sentences, len(sentences), list(unknown)), UserWarning, stacklevel=2)
     return results

@@ -7,7 +7,10 @@ result cached beside the dataset's Arrow files); the same text gives the same to
 Pipeline of the trained tokenizer:
 
 * normaliser: NFKC (unifies compatibility characters, e.g. a non-breaking space becomes a
-  plain space, "…" becomes "...", a decomposed "e" + U+0301 becomes the precomposed "é");
+  plain space, "…" becomes "...", a decomposed "e" + U+0301 becomes the precomposed "é"), then every
+  run of whitespace (a newline, CRLF, a tab, repeated spaces) becomes one space: "Hunde\\nim" is
+  "Hunde im" (tokenizers saved before this rule keep loading as they were; the pipeline and translate.py
+  put one space for a newline themselves);
 * pre-tokenizer: Metaspace (spaces become "▁", which starts each word), with the matching
   Metaspace decoder, so ``decode`` gives back ordinary text with single spaces;
 * model: BPE with ``<unk>`` for characters never seen in training (and not in
@@ -21,7 +24,10 @@ Round trip: ``tok.decode(tok(x).input_ids, skip_special_tokens=True) == x`` hold
 ``x`` that is NFKC-stable (``unicodedata.normalize("NFKC", x) == x``), has no leading,
 trailing or repeated whitespace other than single spaces, and whose characters were seen
 in training or are in ``BASE_ALPHABET``. For other text the decode gives the NFKC form
-(e.g. "\\u00a0" -> " ", "…" -> "...", "ﬁ" -> "fi") and unseen characters are lost as ``<unk>``.
+(e.g. "\\u00a0" -> " ", "…" -> "...", "ﬁ" -> "fi", "\\n" -> " "). A character never seen (an emoji, a
+script absent from training) is encoded as ``<unk>``: ``decode(..., skip_special_tokens=False)`` shows it,
+and the pipeline and ``inference.translate`` (translate.py) warn, naming the characters
+(``pipeline_scratch_transformer.unknown_characters``), since it is missing from the translation.
 """
 
 from __future__ import annotations
@@ -194,7 +200,7 @@ def _cache_path(dataset, columns, max_sentences, seed, vocab_size, min_frequency
     files = getattr(dataset, "cache_files", None)
     if not files or not datasets.is_caching_enabled() or not getattr(dataset, "_fingerprint", None):
         return None
-    key = Hasher.hash(["bpe-v1", dataset._fingerprint, columns, max_sentences, seed if max_sentences else None,
+    key = Hasher.hash(["bpe-v2", dataset._fingerprint, columns, max_sentences, seed if max_sentences else None,
                        vocab_size, min_frequency, model_max_length, sorted(set(initial_alphabet or ())),
                        tokenizers.__version__])
     return os.path.join(os.path.dirname(files[0]["filename"]), f"tokenizer-{key}.json")
@@ -221,7 +227,8 @@ def _train(texts: Iterable[str | list[str]], length: int | None, vocab_size: int
 
     specials = list(SPECIAL_TOKENS.values())
     tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    tok.normalizer = normalizers.NFKC()
+    # NFKC, then any run of whitespace (a newline, CRLF, a tab) as one space: "Hunde\nim" is two words, not "Hundeim"
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(tokenizers.Regex(r"\s+"), " ")])
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=_REPLACEMENT, prepend_scheme="always")
     tok.decoder = decoders.Metaspace(replacement=_REPLACEMENT, prepend_scheme="always")
     trainer = trainers.BpeTrainer(

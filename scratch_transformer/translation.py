@@ -56,6 +56,7 @@ from .paths import (
     looks_like_local_path,
     missing_path_message,
     model_folder_problem,
+    unwritable_reason,
 )
 from .tokenization import tokenizer_special_ids, train_tokenizer_on_dataset
 from .trainer import TranslationTrainer
@@ -170,10 +171,16 @@ def _build_model(model_args, tokenizer):
             --config_name that is not an encoder-decoder.
     """
     if model_args.model_name_or_path:
-        model = AutoModelForSeq2SeqLM.from_pretrained(
-            model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code,
-            attn_implementation=model_args.attn_implementation,
-        )
+        from safetensors import SafetensorError
+
+        try:
+            model = AutoModelForSeq2SeqLM.from_pretrained(
+                model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code,
+                attn_implementation=model_args.attn_implementation,
+            )
+        except SafetensorError as error:  # weights cut short or corrupt (a local folder is checked before)
+            raise ValueError(f"--model_name_or_path {model_args.model_name_or_path}: its model.safetensors cannot "
+                             f"be read ({error})") from None
         if model.config.vocab_size < len(tokenizer):
             raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
                              f"{model.config.vocab_size}")
@@ -388,6 +395,9 @@ def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments
 
 def _run_steps(model_args, data_args, training_args) -> dict:
     _set_up_logging(training_args)
+    finished = finished_run(training_args.output_dir) if training_args.do_train else None
+    if finished is not None:
+        return _finished_run(training_args, finished)
     resume_from = check_start(model_args, training_args)
     raw = load_data(data_args, training_args)
     tokenizer, model, decoding = build_tokenizer_and_model(model_args, data_args, training_args, raw, resume_from)
@@ -409,7 +419,77 @@ def _run_steps(model_args, data_args, training_args) -> dict:
     results.update(finalise_decoding(trainer, decoding))
     if training_args.do_predict:
         results.update(test(trainer, tokenized, raw, tokenizer, data_args, decoding))
-    results.update(write_outputs(trainer, results, model_args, data_args, decoding, training_args.push_to_hub))
+    results.update(write_outputs(trainer, results, model_args, data_args, decoding, push_to_hub=False))
+    if training_args.do_train and trainer.is_world_process_zero():
+        mark_finished(training_args.output_dir, results)  # written last: a rerun into this folder does nothing
+    if training_args.push_to_hub and trainer.is_world_process_zero():
+        from .hub import push_output_dir
+
+        try:
+            results["hub_commit"] = push_output_dir(training_args.output_dir, training_args.hub_model_id,
+                                                    private=training_args.hub_private_repo)
+        except RuntimeError as error:  # the Hub went away during the run: the finished folder is kept
+            raise OSError(f"{error}; the run finished and {training_args.output_dir} is complete: the same command "
+                          "again pushes it without training") from None
+    return results
+
+
+FINISHED_FILE = "run_finished.json"
+
+
+def mark_finished(output_dir: str, results: dict) -> None:
+    """Record that the training run into output_dir finished: FINISHED_FILE, written after every other output
+    (model, card, results) and atomically, with the time, the steps and the test BLEU."""
+    record = {"finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "train_steps": results.get("train_steps"),
+              "test_bleu": results.get("test_bleu")}
+    temporary = os.path.join(output_dir, f".{FINISHED_FILE}.tmp")
+    write_json(temporary, record)
+    os.replace(temporary, os.path.join(output_dir, FINISHED_FILE))
+
+
+def finished_run(output_dir: str) -> dict | None:
+    """What a finished training run into output_dir recorded, or None when none finished there.
+
+    Finished: FINISHED_FILE is there (written last by `mark_finished`); or, for a folder written before it
+    existed, a model.safetensors beside an all_results.json that holds num_parameters (written at the end of the
+    run, by `write_outputs`)."""
+    path = os.path.join(output_dir, FINISHED_FILE)
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                record = json.load(handle)
+        except (OSError, ValueError):
+            record = {}
+        return record if isinstance(record, dict) else {}
+    results = os.path.join(output_dir, "all_results.json")
+    if os.path.isfile(results) and os.path.isfile(os.path.join(output_dir, "model.safetensors")):
+        try:
+            with open(results, encoding="utf-8") as handle:
+                values = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        if isinstance(values, dict) and "num_parameters" in values:
+            return {"finished": "(no date recorded)", "train_steps": values.get("train_steps"),
+                    "test_bleu": values.get("test_bleu")}
+    return None
+
+
+def _finished_run(training_args, finished: dict) -> dict:
+    """A training run into a folder whose run has finished: nothing is trained or written (with --push_to_hub
+    the folder is pushed, the Hub checked first); says so, naming the folder."""
+    output_dir = training_args.output_dir
+    steps = finished.get("train_steps")
+    print(f"output_dir {output_dir} holds a finished run (finished {finished.get('finished', '?')}"
+          + (f", {steps} steps" if steps is not None else "") + "): nothing to do. To train further, fine-tune it "
+          f"into a new folder (--model_name_or_path {output_dir} --output_dir NEW); to train again, choose another "
+          "--output_dir or delete this one")
+    results = {"finished": True, "output_dir": output_dir}
+    if training_args.push_to_hub and training_args.should_save:
+        from .hub import check_hub_access, push_output_dir
+
+        check_hub_access(training_args.hub_model_id)
+        results["hub_commit"] = push_output_dir(output_dir, training_args.hub_model_id,
+                                                private=training_args.hub_private_repo)
     return results
 
 
@@ -460,16 +540,32 @@ def check_start(model_args, training_args) -> str | None:
 
     Returns the checkpoint to resume from (given, or the last complete one in output_dir), or None.
     """
+    _check_writable(training_args.output_dir)
     if training_args.push_to_hub:
-        from .hub import check_repo_id
+        from .hub import check_hub_access, check_repo_id
 
         check_repo_id(training_args.hub_model_id)
+        check_hub_access(training_args.hub_model_id)  # token and endpoint, before hours of training
     _check_model_sources(model_args)
     resume_from = resume_checkpoint_in(training_args)
     if resume_from:
         check_resume_checkpoint(resume_from, needs_tokenizer=not (model_args.model_name_or_path
                                                                   or model_args.tokenizer_name))
     return resume_from
+
+
+def _check_writable(output_dir: str) -> None:
+    """output_dir (or, not made yet, the nearest folder above it, where it will be made) takes a file: a
+    read-only folder or file system is refused now, not at the first checkpoint (`paths.unwritable_reason`).
+
+    Raises:
+        ValueError: naming --output_dir and why it cannot be written.
+    """
+    if os.path.isfile(output_dir):
+        return  # resume_checkpoint_in says "is a file, not a folder"
+    reason = unwritable_reason(output_dir)
+    if reason:
+        raise ValueError(f"output_dir {output_dir}: {reason}")
 
 
 def _check_model_sources(model_args) -> None:

@@ -26,7 +26,12 @@ class ExportArguments:
     quantization: str | None = field(default=None, metadata={
         "help": "Weight type: int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16, float32 "
                 "(default float32)."})
-    force: bool = field(default=False, metadata={"help": "Replace output_dir if it exists."})
+    force: bool = field(default=False, metadata={
+        "help": "Replace output_dir if it is an earlier export (never the model's folder, nor a folder of other "
+                "files)."})
+    check_file: str | None = field(default=None, metadata={
+        "help": "Source sentences, one per line: translate them with generate() and with the conversion, and log "
+                "how many differ (recorded in scratch_transformer_ctranslate2.json)."})
     revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit id)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow the model's own code from the Hub."})
 
@@ -34,10 +39,25 @@ class ExportArguments:
 def main(argv=None) -> str:
     parser = HfArgumentParser(ExportArguments)
     (args,) = parser.parse_args_into_dataclasses(args=sys.argv[1:] if argv is None else argv)
-    if os.path.exists(args.output_dir) and not args.force:
+    from scratch_transformer.ctranslate2_engine import check_export_target
+
+    try:
+        check_export_target(args.model, args.output_dir, args.force)
+    except FileExistsError:
         parser.error(f"--output_dir {args.output_dir} already exists (add --force to replace it)")
-    if os.path.abspath(args.output_dir) == os.path.abspath(args.model):
-        parser.error("--output_dir must differ from --model (the export would replace the model it reads)")
+    except ValueError as error:
+        parser.error(f"--{error}")
+    sentences = None
+    if args.check_file:
+        try:
+            with open(args.check_file, encoding="utf-8-sig") as handle:
+                sentences = [line.strip() for line in handle.read().splitlines() if line.strip()]
+        except UnicodeDecodeError as error:
+            parser.error(f"--check_file {args.check_file}: not UTF-8 text (byte {error.start})")
+        except OSError as error:
+            parser.error(f"--check_file {args.check_file}: cannot read it ({error.strerror or error})")
+        if not sentences:
+            parser.error(f"--check_file {args.check_file}: no sentences in it")
     folder = os.path.expanduser(args.model)
     if not os.path.isdir(folder):
         from scratch_transformer.paths import looks_like_local_path, missing_path_message
@@ -57,7 +77,8 @@ def main(argv=None) -> str:
 
     try:
         path = export_ctranslate2(args.model, args.output_dir, quantization=args.quantization, force=args.force,
-                                  revision=args.revision, trust_remote_code=args.trust_remote_code)
+                                  revision=args.revision, trust_remote_code=args.trust_remote_code,
+                                  check_sentences=sentences)
     except (ValueError, OSError, ImportError) as error:
         parser.error(f"cannot convert {args.model}: {error}")
     print(f"wrote {path} ({args.quantization or 'float32'} weights)")

@@ -26,7 +26,8 @@ class TranslateArguments:
     num_beams: int | None = field(default=None, metadata={"help": "Beam size (default: the model's generation config)."})
     max_new_tokens: int | None = field(default=None, metadata={"help": "Longest translation, in tokens."})
     max_source_length: int = field(default=256, metadata={
-        "help": "Longer sources are truncated to this many tokens (a warning says how many)."})
+        "help": "Longer sources are truncated to this many tokens, at most the model's positions, with a warning "
+                "that says how many (the pipeline's rule and default)."})
     revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit id)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow the model's own code from the Hub."})
     engine: str = field(default="torch", metadata={
@@ -132,6 +133,12 @@ def main(argv=None) -> list[str]:
         parser.error(f"--output_file {args.output_file}: a folder, not a file")
     if args.output_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.output_file))):
         parser.error(f"--output_file {args.output_file}: its folder does not exist")
+    if args.output_file:
+        from scratch_transformer.paths import unwritable_reason
+
+        reason = unwritable_reason(args.output_file)  # a read-only folder: refused before decoding, not after
+        if reason:
+            parser.error(f"--output_file {args.output_file}: {reason}")
     if args.engine == "ctranslate2":
         model_folder = _check_ctranslate2_folder(parser, args.model, args.revision)
     else:

@@ -10,6 +10,13 @@ training with a ValueError / FileNotFoundError / SystemExit whose message names 
 file's or folder's name), leaving no output folder behind (or a folder that existed exactly as it was) and having
 run no training step. A few cases run the scripts in a subprocess: no traceback, the last stderr line is the
 message. A case may be marked xfail(strict=True) with its reason while its fix is pending (none is today).
+
+Also here: mixed JSON row shapes (read), a CSV quote never closed, a JSON object of lists; --max_steps 0,
+--save_steps 0, --max_target_length 1; a read-only output folder, a Hub that cannot be reached or no token with
+--push_to_hub, a corrupt model.safetensors to fine-tune: all refused before training. A finished run rerun into its
+folder does nothing and says so. scripts/export_ctranslate2.py: --force onto the model, its parent, a training run
+or an export holding other files, corrupt weights, a bad --check_file: refused, nothing deleted; scripts/translate.py:
+a newline inside a sentence and an unseen character are accepted (a space; a warning naming the character).
 """
 
 import bz2
@@ -24,6 +31,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from conftest import MULTI30K, REPO_ROOT, load_script
@@ -104,8 +112,12 @@ DAMAGES = {
     "a_folder": FILE_FORMS,              # --*_file names a folder
     "duplicate": FOLDER_FORMS,           # val.en and val.en.gz side by side
     "bom_crlf": FORMS,                   # byte order mark + CRLF: accepted
+    "mixed_shapes": ("jsonl", "jsonl_gz", "json"),  # {"translation": {...}} and {"de": ..., "en": ...} rows: accepted
+    "unclosed_quote": ("csv",),          # a quoted field never closed
+    "dict_of_lists": ("json",),          # {"de": [...], "en": [...]}
 }
-ACCEPTED = {("bom_crlf", form) for form in FORMS} | {("mismatched", form) for form in FILE_FORMS}
+ACCEPTED = ({("bom_crlf", form) for form in FORMS} | {("mismatched", form) for form in FILE_FORMS}
+            | {("mixed_shapes", form) for form in DAMAGES["mixed_shapes"]})
 
 
 def write_data(root, form, damage=None, damaged="train"):
@@ -202,10 +214,25 @@ def _write_file_split(root, form, split, rows, damage):
     if damage == "a_folder":
         path.mkdir()
         return path, f"{path.name} is a folder"
+    name = path.name
+    if damage == "dict_of_lists":  # the message once said the languages were missing and listed them as found
+        name = f"{path.name}: column(s) ['de', 'en'] hold lists"
+    elif damage == "unclosed_quote":
+        name = f"{path.name} line 4: a quoted field"
     if damage == "mismatched":
         rows = [dict(row) for row in rows]
         del rows[2]["en"]
     text = "" if damage in ("empty", "header_only") else _rows_text(form, rows)
+    if damage == "mixed_shapes":  # every other row in the flat shape
+        shaped = [row if i % 2 else {"translation": row} for i, row in enumerate(rows)]
+        text = ("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in shaped) if form.startswith("jsonl")
+                else json.dumps(shaped, ensure_ascii=False))
+    elif damage == "unclosed_quote":
+        lines = text.split("\n")
+        lines[3] = '"' + lines[3]
+        text = "\n".join(lines)
+    elif damage == "dict_of_lists":
+        text = json.dumps({lang: [row[lang] for row in rows] for lang in LANGS}, ensure_ascii=False)
     if damage == "header_only":
         text = {"csv": "de,en\n", "json": "[]"}.get(form, "\n\n")
     elif damage == "bad_syntax":
@@ -224,7 +251,7 @@ def _write_file_split(root, form, split, rows, damage):
     _write(path, data, gz and damage != "not_gzip")
     if damage == "truncated_gz":
         path.write_bytes(path.read_bytes()[:40])
-    return path, path.name if damage else None
+    return path, name if damage else None
 
 
 # ---------------------------------------------------------------------------------------------------- cases
@@ -271,8 +298,16 @@ FIXED_FLAGS = {
     ("lr_scheduler_type", "bogus"): "transformers' message 'bogus is not a valid SchedulerType, please select one "
                                     "of [...]' does not name --lr_scheduler_type (arguments.py __post_init__ could "
                                     "check the name first)",
+    ("max_steps", 0): "--max_steps 0 trains one step, then validates and tests (BLEU 0.00) (arguments.py "
+                      "_check_step_counts)",
+    ("max_steps", -3): "--max_steps -3 is read as 'not set' and trains --num_train_epochs",
+    ("save_steps", 0): "--save_steps 0 is accepted and leaves nothing to resume from",
+    ("max_target_length", 1): "--max_target_length 1 trains, saves, then dies in evaluation ('max_length is set to "
+                              "1'), leaving a half-written folder",
+    ("generation_max_length", 1): "as --max_target_length 1, for validation",
 }
-EXTRA_FLAGS = {"num_train_epochs": {"max_steps": None}, "length_penalty": {"num_beams": 2}}
+EXTRA_FLAGS = {"num_train_epochs": {"max_steps": None}, "length_penalty": {"num_beams": 2},
+               "save_steps": {"save_strategy": "steps"}}
 
 CONFIG_OVERRIDES = {  # --config_overrides -> the name the refusal must give
     "d_modle=32,num_heads=2": "d_modle",
@@ -346,6 +381,16 @@ def _catalogue(rng):
         "output_dir-not-empty": Case((rng.choice(FORMS), None, None), names=("output_dir",), setup="out_notes"),
         "output_dir-existing-empty+bad-data": Case(("csv", "bad_syntax", "val"), names=("<data>",),
                                                    setup="out_empty"),
+        "output_dir-read-only": Case((rng.choice(FORMS), None, None), names=("output_dir",), setup="out_readonly"),
+        "model_name_or_path-corrupt-weights": Case(
+            (rng.choice(FORMS), None, None), {"model_name_or_path": "{model}", "config_overrides": None},
+            ("finished_model: its model.safetensors is truncated or corrupt",), setup="corrupt_weights"),
+        "push_to_hub-hub-unreachable": Case((rng.choice(FORMS), None, None),
+                                            {"push_to_hub": True, "hub_model_id": "user/never-pushed"},
+                                            ("--push_to_hub user/never-pushed: the Hub",), setup="hub_down"),
+        "push_to_hub-no-token": Case((rng.choice(FORMS), None, None),
+                                     {"push_to_hub": True, "hub_model_id": "user/never-pushed"},
+                                     ("--push_to_hub user/never-pushed: no Hugging Face token",), setup="no_token"),
         "unknown-flag": Case((rng.choice(FORMS), None, None), {"bogus_flag": 3}, ("bogus_flag",)),
         "not-a-number": Case((rng.choice(FORMS), None, None), {"learning_rate": "fast"}, ("learning_rate",)),
         "not-a-bool": Case((rng.choice(FORMS), None, None), {"do_train": "maybe"}, ("do_train",)),
@@ -420,6 +465,27 @@ def prepare(case, tmp_path, monkeypatch, request):
         (out / "notes.txt").write_text("my notes\n")
     elif case.setup == "out_empty":
         out.mkdir()
+    elif case.setup == "out_readonly":
+        out = Path(read_only_folder(tmp_path, request)) / "scratch_transformer_run"
+    elif case.setup == "corrupt_weights":  # a header that does not parse: safetensors' "incomplete metadata"
+        shutil.copytree(request.getfixturevalue("tiny_model_dir"), tmp_path / "finished_model")
+        weights = tmp_path / "finished_model" / "model.safetensors"
+        weights.write_bytes((100).to_bytes(8, "little") + b"{" * 100 + weights.read_bytes()[108:])
+    elif case.setup == "hub_down":  # nothing listens on this port (a hub_server of another module may run)
+        import socket
+
+        from huggingface_hub import constants
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    elif case.setup == "no_token":
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        from huggingface_hub import constants
+
+        monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no_token"))
+        monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no_tokens"))
     flags = {**data_flags, **case.flags}
     flags = {k: (v.format(**paths) if isinstance(v, str) else v) for k, v in flags.items()}
     unused_sources = {k: None for k in ("dataset_name", "train_file", "validation_file", "test_file") if k not in flags}
@@ -455,13 +521,16 @@ def test_training_script_refuses_bad_input_by_name_before_training(case, tmp_pat
     assert len(steps_run) == 2 and (out / "model.safetensors").is_file()
     if case.data[1] == "mismatched":  # the row without a target is dropped, and counted
         assert "dropped 1 empty pairs from split " + case.data[2] in caplog.text
+    if case.data[1] == "mixed_shapes":  # every row read, in its own shape
+        assert "dropped" not in caplog.text
 
 
 # ---------------------------------------------------------------------------------------------------- subprocesses
 
 
 SCRIPT_CASES = ["data-folder_gz-latin1-", "data-jsonl-bad_syntax-", "data-csv-header_only-",
-                "dataset_name-missing-folder", "config_overrides-" + TINY + ",dropout=1.5"]
+                "dataset_name-missing-folder", "config_overrides-" + TINY + ",dropout=1.5",
+                "data-csv-unclosed_quote-", "data-json-dict_of_lists-", "flag-max_steps=0", "flag-save_steps=0"]
 
 
 def _script_case(prefix):
@@ -491,6 +560,22 @@ def script_runs(tmp_path_factory, tiny_model_dir):
          str(latin1), "--output_file", str(latin1.with_suffix(".out"))],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
         latin1.with_suffix(".out"), [latin1.name])
+    export = tmp_path_factory.mktemp("export")
+    shutil.copytree(tiny_model_dir, export / "parent" / "model")
+    (export / "parent" / "notes.txt").write_text("my notes\n")
+    runs["export-force-into-the-model's-parent"] = (subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "scripts" / "export_ctranslate2.py"), "--model",
+         str(export / "parent" / "model"), "--output_dir", str(export / "parent"), "--force"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        export / "parent" / "model" / "model.safetensors", [f"--output_dir {export / 'parent'}"])
+    shutil.copytree(tiny_model_dir, export / "corrupt")
+    weights = export / "corrupt" / "model.safetensors"
+    weights.write_bytes((100).to_bytes(8, "little") + b"{" * 100 + weights.read_bytes()[108:])
+    runs["export-corrupt-weights"] = (subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "scripts" / "export_ctranslate2.py"), "--model", str(export / "corrupt"),
+         "--output_dir", str(export / "ct2")],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        export / "ct2", [f"--model {export / 'corrupt'}"])
     results = {}
     for key, (process, out, names) in runs.items():
         _, stderr = process.communicate(timeout=180)
@@ -516,6 +601,19 @@ def test_translate_script_prints_the_refusal_without_traceback(script_runs, key,
     last = stderr.strip().splitlines()[-1]
     assert message in last and any(name in last for name in names), last
     assert not out.exists()
+
+
+@pytest.mark.parametrize("key, message", [("export-force-into-the-model's-parent", "holds the model being exported"),
+                                          ("export-corrupt-weights", "model.safetensors is truncated or corrupt")])
+def test_export_script_prints_the_refusal_without_traceback(script_runs, key, message):
+    code, stderr, kept, names = script_runs[key]
+    assert code not in (0, None) and "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert message in last and any(name in last for name in names), last
+    if kept.name == "model.safetensors":
+        assert kept.is_file() and (kept.parent.parent / "notes.txt").is_file()  # nothing deleted
+    else:
+        assert not kept.exists()
 
 
 # ---------------------------------------------------------------------------------------------------- translate.py
@@ -550,6 +648,9 @@ def _translate_cases():
         "output_file-a-folder": (["--output_file", "{tmp}", "Ein Hund."], ("--output_file",), "", ""),
         "unknown-flag": (["--beams", "4", "Ein Hund."], ("--beams",), "", ""),
         "sentence-longer-than-the-model": ([" ".join(["Ein Hund läuft über die Wiese."] * 12)], (), "", ""),
+        "ok-newline-and-emoji": (["Ein Hund\nläuft 😀 über die Wiese."], (), "", ""),  # a space; a warning
+        "output_file-read-only": (["--output_file", "{read_only}/out.txt", "Ein Hund."], ("--output_file",), "", ""),
+        "model-corrupt-weights-header": (["Ein Hund."], ("bad_header",), "model:{tmp}/bad_header", ""),
         "latin1+bad-beams": (["--input_file", "{tmp}/latin1.txt", "--num_beams", "0"], ("--num_beams", "latin1.txt"),
                              "latin1", ""),
     }
@@ -563,9 +664,19 @@ def _translate_param(name, spec):
     return pytest.param(*spec[:3], id=name, marks=marks)
 
 
+def read_only_folder(tmp_path, request) -> str:
+    """A folder that takes no file: chmod 555, or for root (who writes there anyway) /proc."""
+    if os.geteuid() == 0:
+        return "/proc"
+    (tmp_path / "read_only").mkdir()
+    (tmp_path / "read_only").chmod(0o555)
+    request.addfinalizer(lambda: (tmp_path / "read_only").chmod(0o755))
+    return str(tmp_path / "read_only")
+
+
 @pytest.mark.parametrize("args, names, setup", [_translate_param(n, s) for n, s in TRANSLATE_CASES.items()])
-def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_model_dir, tmp_path, capsys):
-    paths = {"tmp": str(tmp_path)}
+def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_model_dir, tmp_path, capsys, request):
+    paths = {"tmp": str(tmp_path), "read_only": read_only_folder(tmp_path, request)}
     model = str(tiny_model_dir)
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "bom.txt").write_bytes("\ufeffEin Hund.\r\nZwei Männer.\r\n".encode("utf-8"))
@@ -575,8 +686,10 @@ def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_mod
     (tmp_path / "a_file.txt").write_text("not a model\n")
     (tmp_path / "only_config").mkdir()
     shutil.copy(tiny_model_dir / "config.json", tmp_path / "only_config")
-    for name in ("corrupt_config", "cut_weights"):
+    for name in ("corrupt_config", "cut_weights", "bad_header"):
         shutil.copytree(tiny_model_dir, tmp_path / name)
+    header = tmp_path / "bad_header" / "model.safetensors"  # safetensors' "incomplete metadata"
+    header.write_bytes((100).to_bytes(8, "little") + b"{" * 100 + header.read_bytes()[108:])
     (tmp_path / "corrupt_config" / "config.json").write_text('{"model_type": "scratch_transformer", ')
     weights = tmp_path / "cut_weights" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:200])
@@ -604,3 +717,125 @@ def test_the_catalogue_is_large_and_seeded():
     assert len(CASES) + len(TRANSLATE_CASES) >= 60
     again = _catalogue(random.Random(SEED))
     assert list(again) == list(CASES) and list(again.values()) == list(CASES.values())
+
+
+# ---------------------------------------------------------------------------------------------------- finished runs
+
+
+def test_a_finished_run_rerun_into_its_folder_does_nothing(tmp_path, steps_run, capsys):
+    """The same command again (or with a larger budget) into a finished run's folder trains nothing, writes
+    nothing and says so; so does a folder finished before run_finished.json was written (all_results.json with
+    num_parameters beside the weights). It once resumed from the last checkpoint, trained one step past the
+    budget, averaged 3 checkpoints instead of 2 and overwrote the model."""
+    out = tmp_path / "run"
+    argv = tiny_run_flags(out, save_strategy="steps", save_steps=1, average_last_checkpoints=2, num_beams=1)
+    train_translation.main(argv)
+    assert len(steps_run) == 2 and (out / "run_finished.json").is_file()
+    assert json.loads((out / "run_finished.json").read_text())["train_steps"] == 2
+    capsys.readouterr()
+    before = snapshot(out)
+    for again in (argv, tiny_run_flags(out, save_strategy="steps", save_steps=1, average_last_checkpoints=2,
+                                       num_beams=1, max_steps=4)):
+        assert train_translation.main(again) == {"finished": True, "output_dir": str(out)}
+        said = capsys.readouterr().out
+        assert f"output_dir {out} holds a finished run" in said and "nothing to do" in said, said
+        assert len(steps_run) == 2 and snapshot(out) == before
+    (out / "run_finished.json").unlink()  # a folder finished by an earlier version
+    assert train_translation.main(argv)["finished"] is True
+    assert len(steps_run) == 2
+
+
+# ---------------------------------------------------------------------------------------------------- export script
+
+
+EXPORT_CASES = {
+    # name: (argv, names the refusal must give (empty: must succeed), setup)
+    "force-into-the-model's-parent": (["--model", "{tmp}/parent/model", "--output_dir", "{tmp}/parent", "--force"],
+                                      ("--output_dir {tmp}/parent holds the model being exported",), ""),
+    "force-onto-the-model": (["--model", "{tmp}/parent/model", "--output_dir", "{tmp}/parent/model", "--force"],
+                             ("is the model being exported",), ""),
+    "force-onto-a-training-run": (["--model", "{model}", "--output_dir", "{tmp}/run", "--force"],
+                                  ("--output_dir {tmp}/run is not an earlier CTranslate2 export",), ""),
+    "force-onto-an-export-with-notes": (["--model", "{model}", "--output_dir", "{tmp}/export", "--force"],
+                                        ("--output_dir {tmp}/export is an earlier export but also holds notes.txt",),
+                                        "export_notes"),
+    "output_dir-exists": (["--model", "{model}", "--output_dir", "{tmp}/export"], ("--force",), "export"),
+    "output_dir-a-file": (["--model", "{model}", "--output_dir", "{tmp}/parent/notes.txt", "--force"],
+                          ("notes.txt is a file",), ""),
+    "model-corrupt-weights": (["--model", "{tmp}/corrupt", "--output_dir", "{tmp}/ct2"],
+                              ("--model {tmp}/corrupt: its model.safetensors is truncated or corrupt",), ""),
+    "check_file-missing": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--check_file", "{tmp}/none.de"],
+                           ("--check_file {tmp}/none.de",), ""),
+    "check_file-latin1": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--check_file", "{tmp}/latin1.de"],
+                          ("--check_file {tmp}/latin1.de: not UTF-8",), ""),
+    "check_file-empty": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--check_file", "{tmp}/empty.de"],
+                         ("--check_file {tmp}/empty.de: no sentences",), ""),
+    "quantization-bogus": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--quantization", "int3"],
+                           ("quantization",), ""),
+    "output_dir-read-only": (["--model", "{model}", "--output_dir", "{read_only}/ct2"],
+                             ("--output_dir {read_only}/ct2: cannot write there",), ""),
+    "ok-force-onto-an-earlier-export": (["--model", "{model}", "--output_dir", "{tmp}/export", "--force",
+                                         "--quantization", "int8", "--check_file", "{tmp}/check.de"], (), "export"),
+}
+
+
+@pytest.mark.parametrize("args, names, setup", [pytest.param(*spec, id=name) for name, spec in EXPORT_CASES.items()])
+def test_export_script_refuses_bad_input_by_name_and_deletes_nothing(args, names, setup, tiny_model_dir, tmp_path,
+                                                                     capsys, request):
+    pytest.importorskip("ctranslate2")
+    export_script = load_script("export_ctranslate2")
+    shutil.copytree(tiny_model_dir, tmp_path / "parent" / "model")
+    (tmp_path / "parent" / "notes.txt").write_text("my notes\n")
+    shutil.copytree(tiny_model_dir, tmp_path / "run")
+    shutil.copytree(tiny_model_dir, tmp_path / "run" / "checkpoint-4")
+    shutil.copytree(tiny_model_dir, tmp_path / "corrupt")
+    weights = tmp_path / "corrupt" / "model.safetensors"
+    weights.write_bytes((100).to_bytes(8, "little") + b"{" * 100 + weights.read_bytes()[108:])
+    (tmp_path / "latin1.de").write_bytes("Grüße aus Köln.\n".encode("latin-1"))
+    (tmp_path / "empty.de").write_text("\n\n")
+    (tmp_path / "check.de").write_text("Ein Hund.\nZwei Männer spielen.\n", encoding="utf-8")
+    if setup.startswith("export"):
+        export_script.main(["--model", str(tiny_model_dir), "--output_dir", str(tmp_path / "export")])
+        if setup == "export_notes":
+            (tmp_path / "export" / "notes.txt").write_text("how I made it\n")
+    paths = {"tmp": str(tmp_path), "model": str(tiny_model_dir), "read_only": read_only_folder(tmp_path, request)}
+    argv = [a.format(**paths) for a in args]
+    before = snapshot(tmp_path)
+    try:
+        export_script.main(argv)
+    except SystemExit as error:
+        message = _message(error, capsys)
+        assert names, f"refused: {message}"
+        assert any(name.format(**paths) in message for name in names), f"the message names none of {names}: {message}"
+        assert snapshot(tmp_path) == before, "a file was deleted or changed"
+        return
+    assert not names, f"accepted, but should have been refused naming one of {names}"
+    record = json.loads((tmp_path / "export" / "scratch_transformer_ctranslate2.json").read_text())
+    assert record["quantization"] == "int8" and record["agreement"]["sentences"] == 2
+
+
+def test_a_push_that_fails_after_training_keeps_the_run_and_the_same_command_pushes_it(tmp_path, steps_run,
+                                                                                        monkeypatch):
+    """The Hub answers the check before training, then is gone at the push: one message (no traceback), the
+    finished folder kept; the same command again pushes it without training."""
+    import scratch_transformer.hub as hub
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(hub, "check_hub_access", lambda repo_id: "user")  # the Hub answered before training
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")  # and is gone at the push
+    out = tmp_path / "run"
+    argv = tiny_run_flags(out, num_beams=1, push_to_hub=True, hub_model_id="user/pushed-later")
+    with pytest.raises(OSError, match=rf"could not push {out} to .*; the run finished and {out} is complete: the "
+                                      "same command again pushes it without training"):
+        train_translation.main(argv)
+    assert len(steps_run) == 2 and (out / "run_finished.json").is_file() and (out / "model.safetensors").is_file()
+    pushed = []
+    monkeypatch.setattr(hub, "push_output_dir", lambda folder, repo_id, private=None: pushed.append(
+        (folder, repo_id)) or "abc123")
+    assert train_translation.main(argv) == {"finished": True, "output_dir": str(out), "hub_commit": "abc123"}
+    assert pushed == [(str(out), "user/pushed-later")] and len(steps_run) == 2

@@ -250,6 +250,100 @@ def test_export_script_errors_name_the_flag(post_ln, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_export_force_replaces_only_an_earlier_export(post_ln, tmp_path, capsys):
+    """--force never deletes the model being exported, a folder holding it, a training run's folder or a user's
+    files: it once exited 0 ("wrote runs/parent") after deleting the model it read and a notes.txt beside it."""
+    import shutil
+
+    from helpers import snapshot
+
+    _, model_folder, ct2_folder = post_ln
+    parent = tmp_path / "parent"
+    shutil.copytree(model_folder, parent / "model")
+    (parent / "notes.txt").write_text("my notes\n")
+    run = tmp_path / "run"  # a training run's folder: weights, checkpoints
+    shutil.copytree(model_folder, run)
+    shutil.copytree(model_folder, run / "checkpoint-10")
+    export = tmp_path / "export"  # an earlier export with a file of the user's
+    shutil.copytree(ct2_folder, export)
+    (export / "README.txt").write_text("how I made it\n")
+    cases = [
+        (parent / "model", parent, f"--output_dir {parent} holds the model being exported"),
+        (parent / "model", parent / "model", f"--output_dir {parent / 'model'} is the model being exported"),
+        (model_folder, parent, f"--output_dir {parent} is not an earlier CTranslate2 export (no {ENGINE_FILE}; "
+                               "it holds model, notes.txt)"),
+        (model_folder, run, f"--output_dir {run} is not an earlier CTranslate2 export"),
+        (model_folder, export, f"--output_dir {export} is an earlier export but also holds README.txt"),
+    ]
+    before = {folder: snapshot(folder) for folder in (parent, run, export)}
+    for model, output_dir, message in cases:
+        with pytest.raises(SystemExit):
+            export_script.main(["--model", str(model), "--output_dir", str(output_dir), "--force"])
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert message in last, last
+    assert {folder: snapshot(folder) for folder in before} == before
+    (export / "README.txt").unlink()  # an export of ours alone, and an empty folder: replaced
+    (tmp_path / "empty").mkdir()
+    for output_dir in (export, tmp_path / "empty"):
+        export_script.main(["--model", str(model_folder), "--output_dir", str(output_dir), "--force",
+                            "--quantization", "int8"])
+        assert json.loads((output_dir / ENGINE_FILE).read_text())["quantization"] == "int8"
+
+
+def test_export_refuses_corrupt_weights_by_name(post_ln, tmp_path, capsys):
+    import shutil
+
+    _, model_folder, _ = post_ln
+    shutil.copytree(model_folder, tmp_path / "model")
+    weights = tmp_path / "model" / "model.safetensors"
+    weights.write_bytes((100).to_bytes(8, "little") + b"{" * 100 + weights.read_bytes()[108:])
+    with pytest.raises(SystemExit):
+        export_script.main(["--model", str(tmp_path / "model"), "--output_dir", str(tmp_path / "ct2")])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--model {tmp_path / 'model'}: its model.safetensors is truncated or corrupt" in last, last
+    assert not (tmp_path / "ct2").exists()
+
+
+def test_conversion_leaves_the_model_weights_as_they_were(tmp_path, tokenizer):
+    """ctranslate2 quantizes the arrays it gets in place: the converter once handed it the parameters' own memory,
+    and an int8 conversion rewrote 10 of the model's weights (the model then translated differently)."""
+    from scratch_transformer.ctranslate2_engine import ScratchTransformerConverter
+
+    model = _model_folder(tmp_path / "model", tokenizer)
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    ScratchTransformerConverter(model, tokenizer).converter().convert(str(tmp_path / "ct2"), quantization="int8")
+    assert [name for name, value in model.state_dict().items() if not torch.equal(value, before[name])] == []
+
+
+def test_int8_export_logs_how_many_translations_differ_from_generate(post_ln, tmp_path, caplog, capsys):
+    """The int8 export once logged nothing while 22 of 50 test sentences differed; now it counts them (on
+    --check_file's sentences), logs the count and records it. Without --check_file it says it did not measure."""
+    import logging
+
+    model, model_folder, _ = post_ln
+    check = tmp_path / "check.de"
+    check.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="scratch_transformer.ctranslate2_engine"):
+        export_script.main(["--model", str(model_folder), "--output_dir", str(tmp_path / "int8"),
+                            "--quantization", "int8", "--check_file", str(check)])
+    agreement = json.loads((tmp_path / "int8" / ENGINE_FILE).read_text())["agreement"]
+    tokenizer = _tokenizer(model_folder)
+    ours = translate(model, tokenizer, SOURCES)
+    theirs = translate(CTranslate2Model.from_pretrained(str(tmp_path / "int8")), tokenizer, SOURCES)
+    differ = sum(a != b for a, b in zip(ours, theirs))
+    assert agreement["sentences"] == len(SOURCES) and agreement["differ"] == differ
+    assert f"int8 export: {differ} of {len(SOURCES)} sentences translate differently from generate()" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="scratch_transformer.ctranslate2_engine"):
+        export_script.main(["--model", str(model_folder), "--output_dir", str(tmp_path / "int8_unchecked"),
+                            "--quantization", "int8"])
+    assert "int8 export: agreement with generate() not measured" in caplog.text
+    with pytest.raises(SystemExit):
+        export_script.main(["--model", str(model_folder), "--output_dir", str(tmp_path / "x"), "--check_file",
+                            str(tmp_path / "none.de")])
+    assert f"--check_file {tmp_path / 'none.de'}: cannot read it" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------------------
 # scripts/translate.py --engine ctranslate2
 # --------------------------------------------------------------------------------------

@@ -26,8 +26,27 @@ def test_model_folder_problem_names_what_is_missing_and_a_checkpoint(tmp_path):
     problem = model_folder_problem(str(tmp_path), "--model_name_or_path")
     assert "no weights (model.safetensors), no tokenizer files" in problem and "no config.json" not in problem
     assert f"--model_name_or_path {tmp_path / 'checkpoint-40'}" in problem  # the newest, by step
-    (tmp_path / "model.safetensors").write_bytes(b"x")
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"weight": torch.ones(4)}, str(tmp_path / "model.safetensors"))
     assert "tokenizer" in model_folder_problem(str(tmp_path))
     assert model_folder_problem(str(tmp_path), needs_tokenizer=False) is None
     (tmp_path / "tokenizer.json").write_text("{}")
     assert model_folder_problem(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("damage", ["cut", "header", "one_byte"])
+def test_model_folder_problem_names_weights_cut_short_or_corrupt(tmp_path, damage):
+    """safetensors' 'incomplete metadata' / 'header too large' once reached users as a traceback."""
+    import torch
+    from safetensors.torch import save_file
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    weights = tmp_path / "model.safetensors"
+    save_file({"weight": torch.ones(64)}, str(weights))
+    data = weights.read_bytes()
+    weights.write_bytes({"cut": data[: len(data) - 10], "header": data[:8] + b"{" * 40 + data[48:],
+                         "one_byte": b"x"}[damage])
+    assert model_folder_problem(str(tmp_path)).startswith("its model.safetensors is truncated or corrupt")

@@ -53,3 +53,35 @@ def test_num_return_sequences_gives_a_list_per_sentence_batched_or_not(pipe):
 def test_non_string_input_is_rejected(pipe):
     with pytest.raises(ValueError, match="expects a string or a list of strings, got int"):
         pipe([SENTENCES[0], 3])
+
+
+def test_an_over_long_sentence_is_truncated_with_translate_scripts_warning(pipe):
+    """One rule for the pipeline and translate.py: a source longer than max_source_length (at most the model's
+    positions) is truncated with a warning (the pipeline once refused it: 'positions exceed ...')."""
+    from scratch_transformer.inference import translate
+
+    long = " ".join(["Ein Hund läuft über die Wiese."] * 20)
+    limit = pipe.model.config.max_position_embeddings
+    assert len(pipe.tokenizer(long)["input_ids"]) > limit
+    message = (rf"^1 of 1 sentences are longer than max_source_length={limit} tokens and were truncated: their "
+               rf"translations cover only the first {limit} tokens")
+    with pytest.warns(UserWarning, match=message):
+        piped = pipe(long, num_beams=1)
+    with pytest.warns(UserWarning, match=message):
+        assert piped == [{"translation_text": translate(pipe.model, pipe.tokenizer, [long], num_beams=1)[0]}]
+    with pytest.warns(UserWarning, match=r"^1 of 1 sentences are longer than max_source_length=5 tokens"):
+        assert pipe(SENTENCES[1], num_beams=1, max_source_length=5) == [{"translation_text": translate(
+            pipe.model, pipe.tokenizer, [SENTENCES[1]], num_beams=1, max_source_length=5)[0]}]
+
+
+def test_a_newline_is_a_space_and_unseen_characters_are_named(pipe, expected):
+    from scratch_transformer.inference import translate
+
+    assert pipe(SENTENCES[1].replace(" ", "\n", 2), num_beams=1) == [{"translation_text": expected[1]}]
+    assert translate(pipe.model, pipe.tokenizer, [SENTENCES[1].replace(" ", "\n", 2)], num_beams=1) == [expected[1]]
+    with pytest.warns(UserWarning, match=r"^1 of 1 sentences hold characters the tokenizer has never seen "
+                                         r"\('😀'\): they are read as <unk>"):
+        pipe("Ein Hund 😀 läuft.", num_beams=1)
+    with pytest.warns(UserWarning, match=r"^1 of 2 sentences hold characters the tokenizer has never seen "
+                                         r"\('😀', '☃'\)"):
+        translate(pipe.model, pipe.tokenizer, ["Ein Hund 😀 läuft ☃.", "Ein Hund."], num_beams=1)

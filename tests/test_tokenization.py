@@ -303,3 +303,42 @@ def test_release_freed_memory_returns_freed_heap_pages_to_the_os():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert int(proc.stdout.strip()) > 100  # MB given back
+
+
+@pytest.mark.parametrize("space", ["\n", "\r\n", "\t", "\u2028"])
+def test_a_newline_inside_a_sentence_is_a_space(tok, space):
+    """"Hunde\\nim" was read as "Hundeim": the newline was an unseen character, dropped as <unk>."""
+    text = f"Zwei Hunde{space}im Schnee."
+    assert tok(text)["input_ids"] == tok("Zwei Hunde im Schnee.")["input_ids"]
+    assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == "Zwei Hunde im Schnee."
+
+
+def test_an_unseen_character_is_unk_named_and_kept_in_the_ids(tok):
+    """An emoji never seen in training is <unk> (not dropped without a trace): the ids hold it, a decode that
+    keeps special tokens shows it, and unknown_characters names it, as the pipeline's and translate()'s warning
+    do."""
+    from scratch_transformer.pipeline_scratch_transformer import unknown_characters
+
+    ids = tok("Ein Hund 😀 spielt ☃.")["input_ids"]
+    assert ids.count(tok.unk_token_id) == 2
+    assert tok.decode(ids, skip_special_tokens=False) == "Ein Hund <unk> spielt <unk>.</s>"
+    found = unknown_characters(tok, ["Ein Hund 😀 spielt ☃.", "Ein Hund.", "😀😀"])
+    assert found == [["😀", "☃"], [], ["😀"]]
+
+
+def test_a_tokenizer_saved_before_the_newline_rule_loads_and_encodes_as_before(tmp_path, tok):
+    """Saved tokenizers (NFKC only) keep loading; they read the same ids for text without other whitespace."""
+    import json
+
+    from tokenizers import Tokenizer, normalizers
+
+    state = json.loads(tok.backend_tokenizer.to_str())
+    assert [n["type"] for n in state["normalizer"]["normalizers"]] == ["NFKC", "Replace"]
+    old = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    old.normalizer = normalizers.NFKC()
+    tok.save_pretrained(tmp_path)
+    old.save(str(tmp_path / "tokenizer.json"))
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert json.loads(loaded.backend_tokenizer.to_str())["normalizer"]["type"] == "NFKC"
+    for sentence in SENTENCES:
+        assert loaded(sentence)["input_ids"] == tok(sentence)["input_ids"]

@@ -45,7 +45,8 @@ def test_readme_is_short_and_in_the_issues_order():
 
 def test_readme_has_commands_and_each_has_a_form_here():
     known = ("python scripts/train_translation.py ", "python scripts/translate.py ",
-             "python scripts/export_ctranslate2.py ", "python -m benchmarks.tables", "python -m pytest")
+             "python scripts/export_ctranslate2.py ", "python scripts/show_attention.py ", "python scripts/demo.py ",
+             "python docs/walkthrough.py", "python -m benchmarks.tables", "python -m pytest", 'pip install -e ".[demo]"')
     found = commands()
     assert len(found) >= 10
     unknown = [c for c in found if c not in CI_FORMS and not c.startswith(known)]
@@ -80,11 +81,34 @@ def test_translation_and_export_commands_parse(command):
     assert parsed[0].model
 
 
+@pytest.mark.parametrize("command", [c for c in commands() if c.startswith(("python scripts/show_attention.py ",
+                                                                             "python scripts/demo.py "))])
+def test_attention_and_demo_commands_parse(command):
+    words = shlex.split(command)
+    script = load_script(words[1].split("/")[1].removesuffix(".py"))
+    arguments = script.ShowAttentionArguments if hasattr(script, "ShowAttentionArguments") else script.DemoArguments
+    parsed = HfArgumentParser(arguments).parse_args_into_dataclasses(args=words[2:], return_remaining_strings=True)
+    assert not [word for word in parsed[-1] if word.startswith("--")], command
+    assert parsed[0].model == "outputs/multi30k_de_en"
+
+
+def test_the_walkthrough_and_the_demo_extra_exist():
+    """`python docs/walkthrough.py` is executed by tests/test_walkthrough.py; the demo extra is a part of the
+    browser extra that .ci/run installs for the browser test."""
+    import tomllib
+
+    assert "python docs/walkthrough.py" in commands() and (REPO_ROOT / "docs" / "walkthrough.py").is_file()
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras["demo"]) <= set(extras["browser"])
+    assert 'pip install --quiet -e ".[browser]"' in (REPO_ROOT / ".ci" / "run").read_text()
+
+
 def test_inline_flags_are_known_to_the_training_or_translation_script():
     train_translation = load_script("train_translation")
     parsers = [HfArgumentParser((train_translation.ModelArguments, train_translation.DataTrainingArguments,
                                  train_translation.TranslationTrainingArguments)),
-               HfArgumentParser(load_script("translate").TranslateArguments)]
+               HfArgumentParser(load_script("translate").TranslateArguments),
+               HfArgumentParser(load_script("export_ctranslate2").ExportArguments)]
     options = {option for parser in parsers for action in parser._actions for option in action.option_strings}
     prose = re.sub(r"```.*?```", "", README, flags=re.S)
     flags = [flag for span in re.findall(r"`(--[^`]+)`", prose) for flag in span.split() if flag.startswith("--")]

@@ -117,8 +117,8 @@ def _run(args, argv) -> dict:
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model).eval()
     encoded = [tokenizer([s], return_tensors="pt", truncation=True,
                          max_length=model.config.max_position_embeddings)["input_ids"] for s in sources]
-    greedy = dict(num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens, no_repeat_ngram_size=0,
-                  repetition_penalty=1.0, length_penalty=1.0)
+    greedy = dict(num_beams=1, do_sample=False, max_new_tokens=args.max_new_tokens, max_length=None,
+                  no_repeat_ngram_size=0, repetition_penalty=1.0, length_penalty=1.0)
     start = time.perf_counter()
     exported = ExportedGreedy(model, max(ids.size(1) for ids in encoded) + 1, args.max_cache_length) \
         if "exported" in args.engines else None

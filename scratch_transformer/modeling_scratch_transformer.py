@@ -8,6 +8,9 @@ Reads bottom-up, each piece under the heading of its paper section, before the p
     3.1    Sublayer connection: residual, dropout (5.4) and LayerNorm, post-LN or pre-LN, written once
     3.1    Encoder and Decoder Stacks: the two layers and the two stacks
     HF     Hugging Face classes: init, loss, the bare model, the model with its LM head, generate()'s hooks
+Attention goes through transformers' attention interface: eq. 1 written out below is the "eager" implementation,
+sdpa / flex_attention / flash_attention_* come from ALL_ATTENTION_FUNCTIONS (config._attn_implementation), and the
+masks are built once per stack by transformers' masking_utils in the form the implementation reads.
 Speed code (`linear(layer, x)`: oneDNN for the projections at CPU inference; `dropout(layer, x)`: the dropout mask
 drawn 4 values at a time in CPU training) is in kernels_scratch_transformer.py.
 
@@ -734,7 +737,8 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
-            raise ValueError("decoder_input_ids or decoder_inputs_embeds (or labels, for the LM head model) must be given")
+            raise ValueError(
+                "decoder_input_ids or decoder_inputs_embeds (or labels, for the LM head model) must be given")
         if encoder_outputs is None:
             if input_ids is None and inputs_embeds is None:
                 raise ValueError("one of input_ids, inputs_embeds or encoder_outputs must be given")

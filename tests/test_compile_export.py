@@ -79,7 +79,8 @@ def test_a_compiled_decoding_step_over_a_static_cache_gives_the_dynamic_caches_l
     input_ids, attention_mask, _ = make_inputs()
     config = model.config
     encoder_outputs = model.get_encoder()(input_ids, attention_mask)
-    static = EncoderDecoderCache(StaticCache(config=config, max_cache_len=16), StaticCache(config=config, max_cache_len=9))
+    static = EncoderDecoderCache(StaticCache(config=config, max_cache_len=16),
+                                 StaticCache(config=config, max_cache_len=9))
     dynamic = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
     step = torch.compile(model, fullgraph=True, backend="eager")
     tokens = torch.full((3, 1), config.decoder_start_token_id)

@@ -266,12 +266,13 @@ def check_labels(labels: torch.Tensor, vocab_size: int) -> torch.Tensor:
     Raises:
         ValueError: labels not of an integer dtype, or an id outside [0, vocab_size) other than -100 (the message
             gives the range found). Under a torch.func transform (vmap cannot index by a mask) the ids are left to
-            torch's own op to check.
+            torch's own op to check; so they are while torch.compile or torch.export traces the model (reading
+            the ids' values is a data-dependent branch: a graph break, and a host sync at every step).
     """
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise ValueError(f"labels must be integer ids, got dtype {labels.dtype}")
     labels = labels.long()
-    if not torch._C._are_functorch_transforms_active():
+    if not torch._C._are_functorch_transforms_active() and not torch.compiler.is_compiling():
         labelled = labels[labels != -100]
         if labelled.numel() and (int(labelled.min()) < 0 or int(labelled.max()) >= vocab_size):
             raise ValueError(

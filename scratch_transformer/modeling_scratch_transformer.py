@@ -8,6 +8,9 @@ Reads bottom-up, each piece under the heading of its paper section, before the p
     3.1    Sublayer connection: residual, dropout (5.4) and LayerNorm, post-LN or pre-LN, written once
     3.1    Encoder and Decoder Stacks: the two layers and the two stacks
     HF     Hugging Face classes: init, loss, the bare model, the model with its LM head, generate()'s hooks
+Attention goes through transformers' attention interface: eq. 1 written out below is the "eager" implementation,
+sdpa / flex_attention / flash_attention_* come from ALL_ATTENTION_FUNCTIONS (config._attn_implementation), and the
+masks are built once per stack by transformers' masking_utils in the form the implementation reads.
 Speed code (`linear(layer, x)`: oneDNN for the projections at CPU inference; `dropout(layer, x)`: the dropout mask
 drawn 4 values at a time in CPU training) is in kernels_scratch_transformer.py.
 
@@ -26,12 +29,15 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .kernels_scratch_transformer import (  # the same results as layer(x), F.dropout, F.cross_entropy, faster on CPU
@@ -82,13 +88,35 @@ class ScratchTransformerPositionalEncoding(nn.Module):
             "table", sinusoidal_position_encoding(config.max_position_embeddings, config.d_model), persistent=False
         )
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        """Rows offset .. offset+length-1, shape (length, d). Raises ValueError past max_position_embeddings."""
-        if offset + length > self.max_positions:
+    def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """Rows offset .. offset+length-1, shape (length, d); offset is an int, or a 0-d tensor (a static cache's
+        length, so a compiled decoding step does not recompile per position). Raises ValueError past
+        max_position_embeddings (not checked while compiling or exporting: reading a tensor offset is a sync)."""
+        if not torch.compiler.is_compiling() and int(offset) + length > self.max_positions:
             raise ValueError(
-                f"sequence of {offset + length} positions exceeds max_position_embeddings={self.max_positions}"
+                f"sequence of {int(offset) + length} positions exceeds max_position_embeddings={self.max_positions}"
             )
-        return self.table[offset : offset + length]
+        if isinstance(offset, int):
+            return self.table[offset : offset + length]
+        return self.table[torch.arange(length, device=self.table.device) + offset]  # (n,) -> (n, d)
+
+
+def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+    """Raise ValueError for ids outside [0, vocab_size) (nn.Embedding would raise an IndexError on CPU and a device
+    assert on CUDA).
+
+    Not checked while torch.compile or torch.export traces the model: the check reads the ids' values, a
+    data-dependent branch that breaks the graph (and a host sync at every call). The ids still meet it at the API
+    boundary: generate() runs the encoder on the caller's ids uncompiled, and the decoder only sees ids it chose.
+    """
+    if torch.compiler.is_compiling() or not input_ids.numel():
+        return
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= vocab_size:
+        raise ValueError(
+            f"token ids must be in [0, vocab_size={vocab_size}), got range [{low}, {high}] "
+            "(labels use -100 only in `labels`)"
+        )
 
 
 class ScratchTransformerEmbedding(nn.Module):
@@ -103,18 +131,20 @@ class ScratchTransformerEmbedding(nn.Module):
         self.embed_tokens = embed_tokens
         self.embed_positions = ScratchTransformerPositionalEncoding(config)
         self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.vocab_size = config.vocab_size
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """input_ids (b, n) at positions offset.. -> (b, n, d). Raises ValueError for ids outside [0, vocab_size)."""
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
-            raise ValueError(
-                f"token ids must be in [0, vocab_size={self.vocab_size}), got range "
-                f"[{int(input_ids.min())}, {int(input_ids.max())}] (labels use -100 only in `labels`)"
-            )
-        embeddings = self.embed_tokens(input_ids) * self.scale  # (b, n) -> (b, n, d)
-        return dropout(self.dropout, embeddings + self.embed_positions(input_ids.size(1), offset).to(embeddings.dtype))
+    def forward(
+        self, input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
+        offset: int | torch.Tensor = 0,
+    ) -> torch.Tensor:
+        """input_ids (b, n), or inputs_embeds (b, n, d) = embed_tokens(ids) before scaling, at positions offset..
+        -> (b, n, d). Raises ValueError for ids outside [0, vocab size) (the table's size: it follows
+        resize_token_embeddings) and past max_position_embeddings."""
+        if inputs_embeds is None:
+            check_token_ids(input_ids, self.embed_tokens.num_embeddings)
+            inputs_embeds = self.embed_tokens(input_ids)  # (b, n) -> (b, n, d)
+        positions = self.embed_positions(inputs_embeds.size(1), offset).to(inputs_embeds.dtype)  # (n, d)
+        return dropout(self.dropout, inputs_embeds * self.scale + positions)
 
 
 # ======== 3.2 Attention ============================================================================
@@ -122,40 +152,42 @@ class ScratchTransformerEmbedding(nn.Module):
 # -------- 3.2.1 Scaled Dot-Product Attention
 
 
-def eager_attention(query, key, value, attention_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
+def eager_attention_forward(
+    module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0, **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention written out: softmax(Q K^T / sqrt(d_k) + mask) V (paper eq. 1).
 
+    The "eager" implementation, with the signature of transformers' attention interface, so it stands beside
+    the others of `ALL_ATTENTION_FUNCTIONS` (sdpa, flex_attention, flash_attention_2/3).
+
     Args:
+        module: the calling ScratchTransformerAttention (its `is_causal` is read).
         query: (b, h, t, k); key, value: (b, h, s, k).
-        attention_mask: additive float mask broadcastable to (b, h, t, s): 0 where allowed,
-            the dtype's minimum where masked (finite, so a fully masked row gives no NaN).
-        dropout_p: dropout on the attention weights (pass 0 at inference).
-        is_causal: query i sees keys 0..i only (t == s, no cache), as in F.scaled_dot_product_attention.
+        attention_mask: None, or broadcastable to (b, h, t, s) in either form masking_utils builds: additive float
+            (0 where allowed, the dtype's minimum where masked: finite, so a fully masked row gives no NaN) or
+            boolean (True where allowed). None with `module.is_causal` and t > 1: the causal triangle (t == s),
+            as sdpa's is_causal (the form the masks built for sdpa take when nothing is padded).
+        scaling: multiplies the scores; 1 / sqrt(k) by default (paper 3.2.1).
+        dropout: dropout on the attention weights (0 at inference).
+        **kwargs: what the other implementations read (is_causal overrides module.is_causal); ignored here.
     Returns:
-        (output (b, h, t, k), weights (b, h, t, s)).
+        (output (b, t, h, k), weights (b, h, t, s)).
     """
-    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))  # (b, h, t, s)
-    if is_causal:
-        t, s = scores.shape[-2:]
-        future = torch.ones(t, s, dtype=torch.bool, device=scores.device).triu(1)
-        scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
-    if attention_mask is not None:
+    scaling = query.size(-1) ** -0.5 if scaling is None else scaling
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scaling  # (b, h, t, s)
+    if attention_mask is None and query.size(2) > 1 and kwargs.get("is_causal", getattr(module, "is_causal", False)):
+        attention_mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()  # (t, s)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+    elif attention_mask is not None:
         scores = scores + attention_mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    if dropout_p > 0:
-        weights = dropout_values(weights, dropout_p)
-    return torch.matmul(weights, value), weights
+    if dropout > 0:
+        weights = dropout_values(weights, dropout)
+    output = torch.matmul(weights, value).transpose(1, 2)  # (b, h, t, k) -> (b, t, h, k)
+    return output, weights
 
-
-def sdpa_attention(query, key, value, attention_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
-    """The same computation through PyTorch's fused `F.scaled_dot_product_attention` (no weights returned)."""
-    output = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout_p, is_causal=is_causal
-    )
-    return output, None
-
-
-ATTENTION_FUNCTIONS = {"eager": eager_attention, "sdpa": sdpa_attention}
 
 # -------- 3.2.2 Multi-Head Attention
 
@@ -165,16 +197,19 @@ class ScratchTransformerAttention(nn.Module):
 
     Serves as encoder self-attention, decoder (masked) self-attention and encoder-decoder
     attention (paper 3.2.3). With a cache, self-attention appends this step's keys/values and
-    cross-attention computes the encoder's keys/values once per sequence.
+    cross-attention computes the encoder's keys/values once per sequence. The scaled dot-product itself is
+    `config._attn_implementation`'s: "eager" (eq. 1 above) or one of transformers' ALL_ATTENTION_FUNCTIONS.
     """
 
-    def __init__(self, config: ScratchTransformerConfig, layer_idx: int | None = None):
+    def __init__(self, config: ScratchTransformerConfig, layer_idx: int | None = None, is_causal: bool = False):
         super().__init__()
         self.config = config
         self.num_heads = config.num_heads
         self.head_dim = config.d_model // config.num_heads
+        self.scaling = self.head_dim**-0.5
         self.attention_dropout = config.attention_dropout
         self.layer_idx = layer_idx
+        self.is_causal = is_causal  # read by sdpa / flash / eager when no mask is given
         self.q_proj = nn.Linear(config.d_model, config.d_model)  # W^Q of all heads side by side
         self.k_proj = nn.Linear(config.d_model, config.d_model)  # W^K
         self.v_proj = nn.Linear(config.d_model, config.d_model)  # W^V
@@ -184,19 +219,31 @@ class ScratchTransformerAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, n, d) -> (b, h, n, k)
 
+    def _attention_function(self, output_attentions: bool):
+        implementation = self.config._attn_implementation or "eager"
+        if implementation == "eager" or (output_attentions and implementation == "sdpa"):
+            return eager_attention_forward  # sdpa's masks (None + is_causal, boolean) are forms eager reads
+        if output_attentions:
+            raise ValueError(
+                f"output_attentions=True needs attn_implementation 'eager' or 'sdpa', not {implementation!r} (its "
+                "kernel returns no weights): call model.set_attn_implementation('eager') first"
+            )
+        return ALL_ATTENTION_FUNCTIONS[implementation]
+
     def forward(
         self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None, cache: EncoderDecoderCache | None = None,
-        output_attentions: bool = False, is_causal: bool = False,
+        output_attentions: bool = False, **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """
         Args:
             hidden_states: queries' source, (b, t, d).
             key_value_states: encoder output (b, s, d) for cross-attention; None for self-attention.
-            attention_mask: additive mask broadcastable to (b, h, t, keys).
+            attention_mask: the stack's mask in the form masking_utils built for the implementation (a 4-D
+                additive or boolean tensor, a flex BlockMask, a 2-D padding mask for flash, or None).
             cache: the decoder's EncoderDecoderCache, or None (encoder, or no caching).
-            output_attentions: also return the weights (forces the eager path).
-            is_causal: apply the causal mask implicitly (self-attention over a whole, unpadded prefix).
+            output_attentions: also return the weights (sdpa then runs as eager; others raise ValueError).
+            **kwargs: passed to the attention function (e.g. flash attention's cu_seqlens).
         Returns:
             (output (b, t, d), weights (b, h, t, keys) or None).
         """
@@ -214,74 +261,57 @@ class ScratchTransformerAttention(nn.Module):
             value = self._split_heads(linear(self.v_proj, source))
             if cache is not None:
                 sub_cache = cache.cross_attention_cache if is_cross else cache.self_attention_cache
-                key, value = sub_cache.update(key, value, self.layer_idx)  # self: (b, h, p + t, k)
+                key, value = sub_cache.update(key, value, self.layer_idx)  # self: (b, h, p + t, k); static: max len
                 if is_cross:
                     cache.is_updated[self.layer_idx] = True
 
-        implementation = "eager" if output_attentions else (self.config._attn_implementation or "eager")
-        attend = ATTENTION_FUNCTIONS.get(implementation, sdpa_attention)
+        attend = self._attention_function(output_attentions)
         dropout_p = self.attention_dropout if self.training else 0.0
-        output, weights = attend(query, key, value, attention_mask, dropout_p, is_causal)  # (b, h, t, k)
-        output = output.transpose(1, 2).reshape(b, t, -1)  # (b, h, t, k) -> (b, t, d)
+        output, weights = attend(self, query, key, value, attention_mask, scaling=self.scaling, dropout=dropout_p,
+                                 **kwargs)  # (b, t, h, k)
+        output = output.reshape(b, t, -1)  # (b, t, h, k) -> (b, t, d)
         return linear(self.out_proj, output), weights
 
 
 # -------- 3.2.3 Applications of Attention in our Model: the masks
 # Encoder self-attention and encoder-decoder attention mask source padding; decoder self-attention also masks
-# the future (query i sees keys <= i). Masks are additive (0 or the dtype's minimum), built once per stack.
-
-
-def padding_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(b, n) with 1 = token, 0 = padding -> additive (b, 1, 1, n): 0 or the dtype's minimum."""
-    if attention_mask.dim() != 2:
-        raise ValueError(f"attention_mask must have shape (batch, length), got {tuple(attention_mask.shape)}")
-    blocked = attention_mask[:, None, None, :] == 0  # (b, n) -> (b, 1, 1, n)
-    return torch.zeros(blocked.shape, dtype=dtype, device=attention_mask.device).masked_fill(
-        blocked, torch.finfo(dtype).min
-    )
+# the future (query i sees keys <= i). Each stack builds its masks once, with transformers' masking_utils, in the
+# form its attention implementation reads (additive float for eager, boolean or None + is_causal for sdpa, a
+# BlockMask for flex, the 2-D padding mask for flash); the layers pass them down ready-made.
 
 
 def check_attention_mask(attention_mask: torch.Tensor | None, source_shape, source_name: str) -> None:
-    """Raise ValueError unless the source padding mask is (b, s) like the source it pads."""
-    if attention_mask is not None and tuple(attention_mask.shape) != tuple(source_shape):
+    """Raise ValueError unless the source padding mask is (b, s) like the source it pads; a prepared 4-D mask
+    must end in the source length."""
+    if attention_mask is None:
+        return
+    shape, (b, s) = tuple(attention_mask.shape), tuple(source_shape)
+    if attention_mask.dim() == 4 and shape[-1] == s and shape[0] in (1, b):
+        return
+    if shape != (b, s):
         raise ValueError(
-            f"attention_mask has shape {tuple(attention_mask.shape)} but {source_name} is {tuple(source_shape)}: "
+            f"attention_mask has shape {shape} but {source_name} is {(b, s)}: "
             "it must be (batch, source length), 1 for tokens and 0 for padding (the tokenizer's attention_mask)"
         )
 
 
-def causal_mask(length: int, past_length: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """Additive (1, 1, t, p + t) mask: query i (at position p + i) may see keys 0 .. p + i (paper 3.2.3)."""
-    query_pos = torch.arange(past_length, past_length + length, device=device)[:, None]  # (t, 1)
-    key_pos = torch.arange(past_length + length, device=device)[None, :]  # (1, p + t)
-    future = key_pos > query_pos  # (t, p + t)
-    mask = torch.zeros(future.shape, dtype=dtype, device=device).masked_fill(future, torch.finfo(dtype).min)
-    return mask[None, None]  # (t, p + t) -> (1, 1, t, p + t)
-
-
-def decoder_self_attention_mask(
-    attention_mask: torch.Tensor | None, length: int, past_length: int, dtype: torch.dtype, device
-) -> tuple[torch.Tensor | None, bool]:
-    """The decoder's self-attention mask: causal, plus target padding when given (paper 3.2.3).
-
-    Args:
-        attention_mask: target padding (b, p + t) or only the new tokens' (b, t), 1 = token; or None.
-        length: t, new target tokens this call; past_length: p, tokens already in the cache.
-    Returns:
-        (additive mask (b or 1, 1, t, p + t) or None, is_causal). Without target padding, a whole prefix needs
-        only the causal triangle, which the kernel applies itself (is_causal=True), and one new token over the
-        cache may see every key (no mask at all).
-    """
-    if attention_mask is not None:
-        if attention_mask.size(1) == length and past_length:  # only the new tokens' mask was given
-            attention_mask = F.pad(attention_mask, (past_length, 0), value=1)
-        mask = causal_mask(length, past_length, dtype, device) + padding_mask(attention_mask, dtype)
-        return mask.clamp(min=torch.finfo(dtype).min), False  # (b, 1, t, p + t)
-    if past_length == 0:
-        return None, length > 1
-    if length > 1:
-        return causal_mask(length, past_length, dtype, device), False  # (1, 1, t, p + t)
-    return None, False
+def check_decoder_attention_mask(attention_mask: torch.Tensor | None, batch: int, length: int, past_length) -> None:
+    """Raise ValueError unless the target padding mask is (b, p + t) or (b, t) (1 = token), or a prepared 4-D
+    mask (b or 1, 1 or h, t, keys) as generate() passes with a static cache."""
+    if attention_mask is None:
+        return
+    if attention_mask.dim() == 4 and attention_mask.size(0) in (1, batch) and attention_mask.size(2) == length:
+        return
+    if attention_mask.dim() == 2 and attention_mask.size(0) == batch and (
+        attention_mask.size(1) == length or torch.compiler.is_compiling()
+        or attention_mask.size(1) == int(past_length) + length
+    ):
+        return
+    raise ValueError(
+        f"decoder_attention_mask has shape {tuple(attention_mask.shape)}: it must be (batch, target length) = "
+        f"({batch}, {length}) or cover the cache too (batch, {int(past_length) + length}), 1 for tokens and "
+        "0 for padding, or a prepared 4-D mask (batch, 1, target length, keys)"
+    )
 
 
 # ======== 3.3 Position-wise Feed-Forward Networks ==================================================
@@ -304,8 +334,13 @@ class ScratchTransformerFeedForward(nn.Module):
 # ======== 3.1 Sublayer connection (with 5.4 Residual Dropout) ======================================
 
 
-class ScratchTransformerLayer(nn.Module):
-    """What the encoder and decoder layers share: the sublayer connection around each of their sublayers."""
+class ScratchTransformerLayer(GradientCheckpointingLayer):
+    """What the encoder and decoder layers share: the sublayer connection around each of their sublayers.
+
+    A GradientCheckpointingLayer: after `model.gradient_checkpointing_enable()` (or Trainer's
+    gradient_checkpointing=True) a training forward keeps only each layer's input and recomputes the layer in
+    backward (same values: the recompute replays the same dropout draws).
+    """
 
     def __init__(self, config: ScratchTransformerConfig):
         super().__init__()
@@ -341,10 +376,12 @@ class ScratchTransformerEncoderLayer(ScratchTransformerLayer):
         self.ffn = ScratchTransformerFeedForward(config)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        """hidden_states (b, s, d), attention_mask (b, 1, 1, s) additive -> ((b, s, d), weights or None)."""
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
+        """hidden_states (b, s, d), attention_mask built by the encoder (e.g. (b, 1, s, s)) -> ((b, s, d), weights
+        or None). kwargs go to the attention function."""
         hidden_states, weights = self.sublayer(hidden_states, self.self_attn_layer_norm, self.self_attn,
-                                               attention_mask=attention_mask, output_attentions=output_attentions)
+                                               attention_mask=attention_mask, output_attentions=output_attentions,
+                                               **kwargs)
         hidden_states, _ = self.sublayer(hidden_states, self.final_layer_norm, self.ffn)
         return hidden_states, weights
 
@@ -354,7 +391,7 @@ class ScratchTransformerDecoderLayer(ScratchTransformerLayer):
 
     def __init__(self, config: ScratchTransformerConfig, layer_idx: int):
         super().__init__(config)
-        self.self_attn = ScratchTransformerAttention(config, layer_idx=layer_idx)
+        self.self_attn = ScratchTransformerAttention(config, layer_idx=layer_idx, is_causal=True)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.encoder_attn = ScratchTransformerAttention(config, layer_idx=layer_idx)
         self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
@@ -362,17 +399,17 @@ class ScratchTransformerDecoderLayer(ScratchTransformerLayer):
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, encoder_hidden_states, self_attention_mask=None, cross_attention_mask=None,
-                cache=None, output_attentions=False, is_causal=False):
-        """hidden_states (b, t, d), encoder_hidden_states (b, s, d), masks additive (b, 1, t, p + t) and
-        (b, 1, 1, s) -> ((b, t, d), self-attention weights, cross-attention weights).
-        is_causal: the self-attention mask is the plain causal triangle, applied by the kernel."""
+                cache=None, output_attentions=False, **kwargs):
+        """hidden_states (b, t, d), encoder_hidden_states (b, s, d), masks built by the decoder (e.g.
+        (b, 1, t, p + t) and (b, 1, t, s); None: causal only, and no source padding) -> ((b, t, d), self-attention
+        weights, cross-attention weights). kwargs go to the attention function."""
         hidden_states, self_weights = self.sublayer(
             hidden_states, self.self_attn_layer_norm, self.self_attn, attention_mask=self_attention_mask,
-            cache=cache, output_attentions=output_attentions, is_causal=is_causal,
+            cache=cache, output_attentions=output_attentions, **kwargs,
         )
         hidden_states, cross_weights = self.sublayer(
             hidden_states, self.encoder_attn_layer_norm, self.encoder_attn, key_value_states=encoder_hidden_states,
-            attention_mask=cross_attention_mask, cache=cache, output_attentions=output_attentions,
+            attention_mask=cross_attention_mask, cache=cache, output_attentions=output_attentions, **kwargs,
         )
         hidden_states, _ = self.sublayer(hidden_states, self.final_layer_norm, self.ffn)
         return hidden_states, self_weights, cross_weights
@@ -392,6 +429,24 @@ class ScratchTransformerStack(nn.Module):
     def embed_tokens(self) -> nn.Embedding:
         return self.embed.embed_tokens
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed.embed_tokens
+
+
+def _ids_or_embeds(input_ids, inputs_embeds, ids_name: str, embeds_name: str) -> tuple[int, int]:
+    """(b, n) of the one input given; ValueError when both or neither are given, or the shapes are not
+    (b, n) ids / (b, n, d) vectors with b, n > 0 (generate() on a 1-D or empty tensor meets this error)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"give exactly one of {ids_name} (batch, length) or {embeds_name} (batch, length, d_model)")
+    given, name, dims = (input_ids, ids_name, 2) if input_ids is not None else (inputs_embeds, embeds_name, 3)
+    if given.dim() != dims:
+        raise ValueError(f"{name} must have {dims} dimensions ({'batch, length' + ', d_model' * (dims == 3)}), "
+                         f"got shape {tuple(given.shape)}")
+    if given.size(0) == 0 or given.size(1) == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(given.shape)}): give at least one sequence of at least "
+                         "one token")
+    return given.size(0), given.size(1)
+
 
 class ScratchTransformerEncoder(ScratchTransformerStack):
     """N identical encoder layers over embedded source tokens (paper 3.1)."""
@@ -401,34 +456,44 @@ class ScratchTransformerEncoder(ScratchTransformerStack):
         super().__init__(config, embed_tokens, layers)
 
     def forward(
-        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False, output_hidden_states: bool = False, return_dict: bool = True, **kwargs,
-    ) -> BaseModelOutput:
+        self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None, output_attentions: bool = False,
+        output_hidden_states: bool = False, return_dict: bool = True, **kwargs,
+    ) -> BaseModelOutput | tuple:
         """
         Args:
-            input_ids: source token ids (b, s).
-            attention_mask: (b, s), 1 for tokens and 0 for padding; None = no padding.
+            input_ids: source token ids (b, s); or
+            inputs_embeds: (b, s, d), what embed_tokens(input_ids) gives (scaled by sqrt(d) and given positions
+                here, as ids are).
+            attention_mask: (b, s), 1 for tokens and 0 for padding; None = no padding; or a prepared 4-D mask.
+            return_dict: False returns the output's fields as a tuple.
+            **kwargs: passed down to the attention function.
         Returns:
             BaseModelOutput with last_hidden_state (b, s, d), optional hidden_states and attentions.
+        Raises:
+            ValueError: both or neither of input_ids / inputs_embeds, a wrong shape or no tokens, a mask not of the
+                source's shape, ids out of range, a source longer than max_position_embeddings.
         """
-        check_attention_mask(attention_mask, input_ids.shape, "input_ids")
-        hidden_states = self.embed(input_ids)  # (b, s, d)
-        mask = padding_mask(attention_mask, hidden_states.dtype) if attention_mask is not None else None
+        shape = _ids_or_embeds(input_ids, inputs_embeds, "input_ids", "inputs_embeds")
+        check_attention_mask(attention_mask, shape, "input_ids" if input_ids is not None else "inputs_embeds")
+        hidden_states = self.embed(input_ids, inputs_embeds)  # (b, s, d)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
         all_hidden, all_attentions = [], []
         for layer in self.layers:
             if output_hidden_states:
                 all_hidden.append(hidden_states)
-            hidden_states, weights = layer(hidden_states, mask, output_attentions)
+            hidden_states, weights = layer(hidden_states, mask, output_attentions, **kwargs)
             if output_attentions:
                 all_attentions.append(weights)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         if output_hidden_states:
             all_hidden.append(hidden_states)
-        return BaseModelOutput(
+        output = BaseModelOutput(
             last_hidden_state=hidden_states, hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(all_attentions) if output_attentions else None,
         )
+        return output if return_dict is not False else output.to_tuple()
 
 
 class ScratchTransformerDecoder(ScratchTransformerStack):
@@ -439,37 +504,49 @@ class ScratchTransformerDecoder(ScratchTransformerStack):
         super().__init__(config, embed_tokens, layers)
 
     def forward(
-        self, input_ids: torch.LongTensor, encoder_hidden_states: torch.Tensor,
+        self, input_ids: torch.LongTensor | None = None, encoder_hidden_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None, use_cache: bool = False, output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        cache: Cache | None = None, inputs_embeds: torch.Tensor | None = None, use_cache: bool = False,
+        output_attentions: bool = False, output_hidden_states: bool = False, return_dict: bool = True, **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions | tuple:
         """
         Args:
-            input_ids: target ids (b, t): the whole prefix, or only new tokens when `cache` holds the rest.
+            input_ids: target ids (b, t): the whole prefix, or only new tokens when `cache` holds the rest; or
+            inputs_embeds: (b, t, d), embed_tokens(input_ids).
             encoder_hidden_states: (b, s, d).
-            attention_mask: target padding (b, p + t) or (b, t), 1 = token; None = no target padding.
+            attention_mask: target padding (b, p + t) or (b, t), 1 = token; None = no target padding; or a
+                prepared 4-D mask (generate() builds one for a static cache).
             encoder_attention_mask: source padding (b, s).
-            cache: EncoderDecoderCache from an earlier step, or None; created when use_cache.
+            cache: EncoderDecoderCache (dynamic or static) from an earlier step, or None; created when use_cache.
+            **kwargs: passed down to the attention function.
         Returns:
             BaseModelOutputWithPastAndCrossAttentions with last_hidden_state (b, t, d) and cache.
         """
+        b, t = _ids_or_embeds(input_ids, inputs_embeds, "decoder_input_ids", "decoder_inputs_embeds")
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        past_length = cache.get_seq_length() if cache is not None else 0
-        hidden_states = self.embed(input_ids, offset=past_length)  # (b, t, d)
-        dtype = hidden_states.dtype
-        self_mask, is_causal = decoder_self_attention_mask(
-            attention_mask, input_ids.size(1), past_length, dtype, hidden_states.device
+        past_length = cache.get_seq_length() if cache is not None else 0  # an int; a 0-d tensor for a static cache
+        check_decoder_attention_mask(attention_mask, b, t, past_length)
+        if attention_mask is not None and attention_mask.dim() == 2 and isinstance(past_length, int) and past_length \
+                and attention_mask.size(1) == t:  # only the new tokens' mask was given: the cached ones are tokens
+            attention_mask = F.pad(attention_mask, (past_length, 0), value=1)  # (b, t) -> (b, p + t)
+        hidden_states = self.embed(input_ids, inputs_embeds, offset=past_length)  # (b, t, d)
+        self_mask = create_causal_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask,
+            cache=cache.self_attention_cache if cache is not None else None,
         )
-        cross_mask = padding_mask(encoder_attention_mask, dtype) if encoder_attention_mask is not None else None
+        cross_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
 
         all_hidden, all_self, all_cross = [], [], []
         for layer in self.layers:
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             hidden_states, self_weights, cross_weights = layer(
-                hidden_states, encoder_hidden_states, self_mask, cross_mask, cache, output_attentions, is_causal
+                hidden_states, encoder_hidden_states, self_mask, cross_mask, cache=cache,
+                output_attentions=output_attentions, **kwargs,
             )
             if output_attentions:
                 all_self.append(self_weights)
@@ -478,12 +555,13 @@ class ScratchTransformerDecoder(ScratchTransformerStack):
             hidden_states = self.layer_norm(hidden_states)
         if output_hidden_states:
             all_hidden.append(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(
+        output = BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states, cache=cache if use_cache else None,
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(all_self) if output_attentions else None,
             cross_attentions=tuple(all_cross) if output_attentions else None,
         )
+        return output if return_dict is not False else output.to_tuple()
 
 
 # ======== Hugging Face classes (with 3.4's output projection, in the LM head model) ================
@@ -536,8 +614,13 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
     config: ScratchTransformerConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True  # the layers are GradientCheckpointingLayers
+    # attention through transformers' interface: "eager" is ours (eq. 1), the others come from ALL_ATTENTION_FUNCTIONS
     _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True  # no data-dependent branch while compiling; static cache supported
     _no_split_modules = ["ScratchTransformerEncoderLayer", "ScratchTransformerDecoderLayer"]
 
     def _init_weights(self, module):
@@ -561,8 +644,21 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
     @classmethod
     def _can_set_attn_implementation(cls) -> bool:
         # HF guesses this from the source text; our attention reads config._attn_implementation at
-        # every call, so `model.set_attn_implementation("eager" | "sdpa")` always takes effect.
+        # every call, so `model.set_attn_implementation(...)` always takes effect.
         return True
+
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True):
+        """HF's resize grows the input embedding (the encoder's, or the shared table) and the output projection;
+        with separate tables the decoder's grows here too, to the same size. resize_token_embeddings then sets
+        config.vocab_size and re-ties the output projection to the decoder's table (paper 3.4)."""
+        encoder_embed = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        decoder = self.base_model.decoder
+        if decoder.embed.embed_tokens is not encoder_embed:  # separate vocabularies: grow the decoder's table too
+            old = decoder.embed.embed_tokens
+            new = self._get_resized_embeddings(old, encoder_embed.num_embeddings, mean_resizing=mean_resizing)
+            new.requires_grad_(old.weight.requires_grad)
+            decoder.embed.embed_tokens = new
+        return encoder_embed
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """HF's save_pretrained; also lists every Auto class in `auto_map` and ships the translation pipeline
@@ -609,41 +705,46 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
             self.shared = value
             self.decoder.embed.embed_tokens = value
 
-    def get_encoder(self, modality=None):
-        return self.encoder
-
     def forward(
         self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None, cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None, decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None, output_attentions: bool | None = None,
         output_hidden_states: bool | None = None, return_dict: bool | None = None, **kwargs,
-    ) -> Seq2SeqModelOutput:
+    ) -> Seq2SeqModelOutput | tuple:
         """
         Args:
-            input_ids: source ids (b, s); not needed when `encoder_outputs` is given.
+            input_ids: source ids (b, s); not needed when `encoder_outputs` or `inputs_embeds` is given.
             attention_mask: source padding (b, s), 1 = token. Pass it whenever the batch is padded.
             decoder_input_ids: target prefix (b, t) (only new tokens when `cache` is given).
-            decoder_attention_mask: target padding (b, t), optional.
+            decoder_attention_mask: target padding (b, t) or (b, p + t), optional; or a prepared 4-D mask.
             encoder_outputs: reuse an earlier encoder pass (generate runs the encoder once).
-            cache: EncoderDecoderCache for incremental decoding.
+            cache: EncoderDecoderCache (dynamic or static) for incremental decoding.
+            inputs_embeds / decoder_inputs_embeds: (b, s, d) / (b, t, d) in place of the ids: what
+                `get_input_embeddings()(ids)` gives, before the sqrt(d) scaling and positions (applied here).
+            return_dict: False (or config.return_dict False) returns the output's non-None fields as a tuple.
+            **kwargs: passed down to the attention function (e.g. flash attention's arguments).
         Returns:
             Seq2SeqModelOutput: last_hidden_state (b, t, d), cache, encoder_last_hidden_state (b, s, d), ...
         Raises:
-            ValueError: no decoder_input_ids, no source, an attention_mask not of the source's shape (b, s),
-                token ids out of range, or too long a sequence.
+            ValueError: no decoder_input_ids (or embeds), no source, both ids and embeds, an attention_mask not of
+                the source's shape (b, s), token ids out of range, or too long a sequence.
         """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
-        if decoder_input_ids is None:
-            raise ValueError("decoder_input_ids (or labels, for the LM head model) must be given")
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError(
+                "decoder_input_ids or decoder_inputs_embeds (or labels, for the LM head model) must be given")
         if encoder_outputs is None:
-            if input_ids is None:
-                raise ValueError("either input_ids or encoder_outputs must be given")
-            encoder_outputs = self.encoder(input_ids, attention_mask, output_attentions=output_attentions,
-                                           output_hidden_states=output_hidden_states)
+            if input_ids is None and inputs_embeds is None:
+                raise ValueError("one of input_ids, inputs_embeds or encoder_outputs must be given")
+            encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds=inputs_embeds,
+                                           output_attentions=output_attentions,
+                                           output_hidden_states=output_hidden_states, **kwargs)
         else:
             if not isinstance(encoder_outputs, BaseModelOutput):
                 encoder_outputs = BaseModelOutput(*encoder_outputs)
@@ -652,16 +753,18 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
 
         decoder_outputs = self.decoder(
             decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask=decoder_attention_mask,
-            encoder_attention_mask=attention_mask, cache=cache, use_cache=use_cache,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            encoder_attention_mask=attention_mask, cache=cache, inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            **kwargs,
         )
-        return Seq2SeqModelOutput(
+        output = Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state, cache=decoder_outputs.cache,
             decoder_hidden_states=decoder_outputs.hidden_states, decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states, encoder_attentions=encoder_outputs.attentions,
         )
+        return output if return_dict else output.to_tuple()
 
 
 class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedModel, GenerationMixin):
@@ -680,9 +783,6 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
             self._tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
         self.post_init()
 
-    def get_encoder(self, modality=None):
-        return self.model.encoder
-
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
 
@@ -693,48 +793,65 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
         self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None, cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None, decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None, use_cache: bool | None = None,
         output_attentions: bool | None = None, output_hidden_states: bool | None = None,
-        return_dict: bool | None = None, num_items_in_batch: int | torch.Tensor | None = None,
-        label_smoothing: float = 0.0, **kwargs,
-    ) -> Seq2SeqLMOutput:
+        return_dict: bool | None = None, logits_to_keep: int | torch.Tensor = 0,
+        num_items_in_batch: int | torch.Tensor | None = None, label_smoothing: float = 0.0, **kwargs,
+    ) -> Seq2SeqLMOutput | tuple:
         """
         Args:
-            labels: target ids (b, t) with -100 where no loss is wanted; when decoder_input_ids is None
-                they are shifted right behind `decoder_start_token_id` to make it (teacher forcing).
+            labels: target ids (b, t) with -100 where no loss is wanted; when decoder_input_ids (and
+                decoder_inputs_embeds) are None they are shifted right behind `decoder_start_token_id` to make it
+                (teacher forcing).
+            logits_to_keep: 0 = logits at every target position; an int n > 0 = the last n positions only
+                (generate() asks for 1); a 1-D tensor = those positions. Not with labels (the loss needs all).
             num_items_in_batch: labelled tokens in the whole (accumulated, all-process) batch, passed by
                 Trainer; the loss is then sum / num_items_in_batch instead of the mean over this batch.
             label_smoothing: eps of paper 5.4 for the loss (0: plain cross-entropy); the main job's Trainer
                 passes its label_smoothing_factor here rather than smoothing the logits itself.
             (other arguments as in ScratchTransformerModel.forward)
         Returns:
-            Seq2SeqLMOutput: logits (b, t, v), loss (cross-entropy over labels != -100, in nats per
-            labelled token) when labels are given, cache, encoder_last_hidden_state, attentions when asked.
+            Seq2SeqLMOutput: logits (b, t, v) (t: the kept positions), loss (cross-entropy over labels != -100,
+            in nats per labelled token) when labels are given, cache, encoder_last_hidden_state, attentions when
+            asked; a tuple of its non-None fields with return_dict=False (or config.return_dict False).
         Raises:
             ValueError: labels not 2-D integer ids (b, t) matching the logits, ids outside [0, v) other than -100
-                (checked before they are shifted into decoder inputs), label_smoothing outside [0, 1) (and the
-                ScratchTransformerModel.forward errors).
+                (checked before they are shifted into decoder inputs), label_smoothing outside [0, 1), labels with
+                logits_to_keep (and the ScratchTransformerModel.forward errors).
         """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
         if labels is not None:  # checked before they are shifted into decoder inputs
             if labels.dim() != 2:
                 raise ValueError(f"labels must be (batch, target length), got shape {tuple(labels.shape)}")
+            if not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
+                raise ValueError(f"labels need the logits at every position: pass logits_to_keep=0, "
+                                 f"not {logits_to_keep!r}")
             labels = check_labels(labels, self.config.vocab_size)
             use_cache = False
-            if decoder_input_ids is None:
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
             input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs, cache=cache,
-            use_cache=use_cache, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            **kwargs,
         )
-        logits = linear(self.lm_head, outputs.last_hidden_state)  # (b, t, d) -> (b, t, v); softmax is generate()'s
+        hidden_states = outputs.last_hidden_state
+        if isinstance(logits_to_keep, int) and logits_to_keep:
+            hidden_states = hidden_states[:, -logits_to_keep:]  # (b, t, d) -> (b, n, d)
+        elif isinstance(logits_to_keep, torch.Tensor):
+            hidden_states = hidden_states[:, logits_to_keep]  # (b, t, d) -> (b, n, d)
+        logits = linear(self.lm_head, hidden_states)  # (b, t, d) -> (b, t, v); softmax is generate()'s
         loss = cross_entropy_loss(logits, labels, num_items_in_batch, label_smoothing) if labels is not None else None
-        return Seq2SeqLMOutput(
+        output = Seq2SeqLMOutput(
             loss=loss, logits=logits, cache=outputs.cache, decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions, cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states, encoder_attentions=outputs.encoder_attentions,
         )
+        return output if return_dict else output.to_tuple()
 
     def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
         """generate()'s own argument check, plus the counts HF lets through (num_beams=0 ends in a

@@ -18,11 +18,36 @@ from scratch_transformer import (
 from scratch_transformer.modeling_scratch_transformer import (
     ScratchTransformerDecoderLayer,
     ScratchTransformerEncoderLayer,
-    causal_mask,
-    eager_attention,
-    sdpa_attention,
+    eager_attention_forward,
     sinusoidal_position_encoding,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+
+def causal_mask(length: int) -> torch.Tensor:
+    """Additive (1, 1, n, n): 0 on and below the diagonal, float32's minimum above it."""
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)
+    return torch.zeros(length, length).masked_fill(future, torch.finfo(torch.float32).min)[None, None]
+
+
+class _Attention(nn.Module):
+    """Stands in for the calling attention module of the attention interface."""
+
+    def __init__(self, is_causal: bool = False):
+        super().__init__()
+        self.is_causal = is_causal
+
+
+def eager_attention(q, k, v, mask=None, is_causal=False):
+    """Ours, with (b, h, t, k) output like the tests below read it."""
+    out, weights = eager_attention_forward(_Attention(is_causal), q, k, v, mask)
+    return out.transpose(1, 2), weights
+
+
+def sdpa_attention(q, k, v, mask=None, is_causal=False):
+    """transformers' sdpa from its attention interface, (b, h, t, k) output."""
+    out, weights = ALL_ATTENTION_FUNCTIONS["sdpa"](_Attention(is_causal), q, k, v, mask)
+    return out.transpose(1, 2), weights
 
 
 class ModelTester:
@@ -150,7 +175,7 @@ def test_decoder_layer_matches_torch_reference(pre_layer_norm):
     ours.final_layer_norm.load_state_dict(theirs.norm3.state_dict())
     tgt, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
     expected = theirs(tgt, memory, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5), tgt_is_causal=True)
-    got, _, _ = ours(tgt, memory, causal_mask(5, 0, torch.float32, "cpu"), None)
+    got, _, _ = ours(tgt, memory, causal_mask(5), None)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -512,7 +537,7 @@ def test_dropout_scales_kept_values_exactly_as_x_over_one_minus_p():
 def test_is_causal_path_equals_explicit_mask():
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
-    explicit, _ = eager_attention(q, k, v, causal_mask(5, 0, torch.float32, "cpu"))
+    explicit, _ = eager_attention(q, k, v, causal_mask(5))
     implicit, _ = eager_attention(q, k, v, is_causal=True)
     fused, _ = sdpa_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(implicit, explicit)

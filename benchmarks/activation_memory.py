@@ -14,7 +14,7 @@ saved_tensors_hooks, counted once per storage, the parameters left out), without
 rest in backward). On a CUDA device (--device cuda)
 it also reports torch.cuda.max_memory_allocated over the step. The loss and the gradients of the two runs are
 compared (same seed: the recompute replays the same dropout draws). Writes
-benchmarks/results_activation_memory.json (or --output_json). Memory figures do not depend on the machine's load.
+outputs/activation_memory.json; with --record also benchmarks/results/activation_memory.json (or --output_json). Memory figures do not depend on the machine's load.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import record
 from benchmarks.quality import REPO_ROOT, git_commit, machine
 from scratch_transformer import ScratchTransformerConfig, ScratchTransformerForConditionalGeneration
 
@@ -44,7 +45,8 @@ def parse_args(argv=None):
     p.add_argument("--d_ff", type=int, default=2048)
     p.add_argument("--attn_implementation", default="sdpa")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--output_json", type=Path, default=REPO_ROOT / "benchmarks" / "results_activation_memory.json")
+    p.add_argument("--output_json", type=Path, default=REPO_ROOT / "outputs" / "activation_memory.json")
+    p.add_argument("--record", action="store_true", help=record.RECORD_HELP.format(name="activation_memory", more=""))
     args = p.parse_args(argv)
     for name in ("batch_size", "source_length", "target_length", "vocab_size", "d_model", "num_heads", "layers",
                  "d_ff"):
@@ -131,7 +133,7 @@ def main(argv=None) -> dict:
         "machine": machine(),
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
         "torch": torch.__version__,
-        "settings": {key: value for key, value in vars(args).items() if key != "output_json"},
+        "settings": {key: value for key, value in vars(args).items() if key not in ("output_json", "record")},
         "parameters": sum(p.numel() for p in model.parameters()),
         "runs": runs,
         "saved_ratio": round(plain["saved_for_backward_bytes"] / checkpointed["saved_for_backward_bytes"], 2),
@@ -140,6 +142,10 @@ def main(argv=None) -> dict:
     }
     args.output_json.parent.mkdir(parents=True, exist_ok=True)
     args.output_json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.record:
+        path = record.record("activation_memory", [result], key=lambda run: (
+            record.cpu_of(run), run["device"], run["settings"]["d_model"], run["settings"]["layers"]))
+        print(f"recorded in {path}", file=sys.stderr)
     print(f"saved for backward: {runs['plain']['saved_for_backward_mib']} MiB plain, "
           f"{runs['checkpointed']['saved_for_backward_mib']} MiB checkpointed ({result['saved_ratio']}x less); "
           f"same loss: {result['same_loss']}, max |grad diff| {max_grad_diff:.2e}; wrote {args.output_json}",

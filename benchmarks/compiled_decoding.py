@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import record
 from benchmarks.quality import REPO_ROOT, git_commit, machine
 
 SIZES = {
@@ -62,7 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--vocab_size", type=int, default=8000)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--output_json", type=Path, default=REPO_ROOT / "benchmarks" / "results_compiled_decoding.json")
+    p.add_argument("--output_json", type=Path, default=REPO_ROOT / "outputs" / "compiled_decoding.json")
+    p.add_argument("--record", action="store_true", help=record.RECORD_HELP.format(name="compiled_decoding", more=", size and threads"))
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -188,6 +190,10 @@ def _run(args, argv) -> dict:
     print("\n".join(lines))
     args.output_json.parent.mkdir(parents=True, exist_ok=True)
     args.output_json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if args.record:
+        path = record.record("compiled_decoding", [result],
+                             key=lambda run: (record.cpu_of(run), run["size"]["name"], run["threads"]))
+        print(f"recorded in {path}", file=sys.stderr)
     return result
 
 

@@ -246,7 +246,7 @@ class OursContender(HFContender):
         from scratch_transformer import ScratchTransformerForConditionalGeneration
 
         model = ScratchTransformerForConditionalGeneration(ours_config(self.sizes))
-        # our model refuses set_attn_implementation (it reads config._attn_implementation itself)
+        # the attention implementation is read from the config at every call (as set_attn_implementation does)
         model.config._attn_implementation = self.attn_implementation
         return model
 

@@ -15,7 +15,7 @@ all in float32 after an untimed warm-up pass, engines alternating, the median of
 Reported: the share of sentences whose exported token ids equal generate()'s (and CTranslate2's decoded text
 equal to generate()'s), sentences/s of each engine and the ratio to `generate`, BLEU of each. --repeats 0
 measures agreement only (no timing). Written to --output_json (default
-benchmarks/results_exported_decoding.json).
+outputs/exported_decoding.json; with --record also benchmarks/results/exported_decoding.json).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.inference_engines import MULTI30K, read_lines
+from benchmarks import record
 from benchmarks.quality import REPO_ROOT, git_commit, machine
 
 ENGINES = ("generate", "exported", "ct2-float32")
@@ -50,7 +51,8 @@ def parse_args(argv=None):
     p.add_argument("--max_cache_length", type=int, default=128, help="static cache slots of the exported step")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--repeats", type=int, default=3, help="timed passes; 0 = agreement only")
-    p.add_argument("--output_json", type=Path, default=REPO_ROOT / "benchmarks" / "results_exported_decoding.json")
+    p.add_argument("--output_json", type=Path, default=REPO_ROOT / "outputs" / "exported_decoding.json")
+    p.add_argument("--record", action="store_true", help=record.RECORD_HELP.format(name="exported_decoding", more=""))
     args = p.parse_args(argv)
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if "generate" not in args.engines or any(e not in ENGINES for e in args.engines):
@@ -184,6 +186,9 @@ def _run(args, argv) -> dict:
     print("\n".join(lines))
     args.output_json.parent.mkdir(parents=True, exist_ok=True)
     args.output_json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if args.record:
+        path = record.record("exported_decoding", [result], key=lambda run: (record.cpu_of(run),))
+        print(f"recorded in {path}", file=sys.stderr)
     return result
 
 

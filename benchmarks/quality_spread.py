@@ -64,6 +64,22 @@ def _seed(command: str | None) -> int | None:
     return int(seeds[-1]) if seeds else None
 
 
+def _folder_seed(folder: str) -> int | None:
+    """The seed a run folder was trained with (its training_args.bin), or None where it cannot be read."""
+    try:
+        import torch
+
+        return int(torch.load(Path(folder) / "training_args.bin", weights_only=False).seed)
+    except Exception:  # noqa: BLE001 - a folder without readable training arguments records no seed
+        return None
+
+
+def _folder_date(folder: str) -> str:
+    """When the run finished: its all_results.json's time, UTC, as the other runs' dates are written."""
+    stamp = (Path(folder) / "all_results.json").stat().st_mtime
+    return datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def load_source(source: str) -> list[dict]:
     """The runs a SOURCE names, each a dict with side, source, commit, cpu_model, seed, steps, eval_bleu and
     test_sets ({split: {bleu, chrf}}).
@@ -78,7 +94,7 @@ def load_source(source: str) -> list[dict]:
             raise ValueError(f"{path} holds no all_results.json: not a finished run of the main job")
         side = "marian" if run["model_type"] == "marian" else "ours"
         return [{**run, "side": side, "source": path, "commit": suffix or None, "cpu_model": None,
-                 "seed": None}]
+                 "seed": _folder_seed(path), "date": _folder_date(path)}]
     path, side = source, ""
     if not Path(source).is_file() and ":" in source:
         path, _, side = source.rpartition(":")
@@ -202,6 +218,8 @@ def main(argv=None) -> dict:
                                          for run in runs],
                              key=lambda run: (run["side"], run["commit"], run["seed"], run["cpu_model"]))
         print(f"[quality_spread] recorded {len(runs)} run(s) in {path}", file=sys.stderr)
+        if len({run["side"] for run in runs}) < 2:  # one side recorded: no margin to report
+            return {"runs": runs}
     summary = summarise(runs)
     result = {
         "command": shlex.join([sys.executable, "-m", "benchmarks.quality_spread",

@@ -22,14 +22,8 @@ from benchmarks import record
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "docs/results.md")
 TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
-# The two CPU kinds of the results at a glance: with native bf16 and without. A kind with no run of the current
-# config is named so, not filled in from another config.
-GLANCE_CPUS = (
-    ("Intel(R) Xeon(R) Processor (family 6 model 167)", "Intel Xeon (model 167), native bf16"),
-    ("Intel(R) Xeon(R) Processor (family 6 model 207)", "Intel Xeon (model 207), no native bf16"),
-)
-MISSING_AT_A_GLANCE = ("AMD EPYC, native bf16", "no run of the current config yet (the last pair, "
-                       "2026-12-04 at 18c1fee, predates it)")
+# The results at a glance: one block per CPU model with runs of the current config, with native bf16 first (the
+# precision the main job chose there tells which kind a CPU is); a side with no run there says so.
 SIDE_NAMES = {"ours": "ours", "marian": "Marian"}
 
 
@@ -57,21 +51,28 @@ def _f(value, spec=".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def glance_label(cpu: str | None, precision: str | None) -> str:
+    """'AMD EPYC (family 25 model 17)', 'bf16' -> 'AMD EPYC (family 25 model 17), native bf16: bf16'."""
+    kind = "native bf16" if precision == "bf16" else "no native bf16"
+    return f"{short_cpu(cpu)}, {kind}: {precision or '-'}"
+
+
 def quality_at_a_glance(quality: dict) -> list[str]:
     lines = ["| CPU (2 cores): precision | model | runs | steps in 25 min | test_2016_flickr | test_2017_flickr | "
              "test_2017_mscoco |", "|---|---|---:|---:|---:|---:|---:|"]
-    for cpu, label in GLANCE_CPUS:
-        runs = [run for run in quality["runs"] if run["cpu_model"] == cpu]
+    precision = {}
+    for run in quality["runs"]:
+        precision.setdefault(run["cpu_model"], run.get("precision"))
+    for cpu in sorted(precision, key=lambda c: (precision[c] != "bf16", short_cpu(c))):
+        label = glance_label(cpu, precision[cpu])
         for side in ("ours", "marian"):
-            mine = [run for run in runs if run["side"] == side]
+            mine = [run for run in quality["runs"] if run["cpu_model"] == cpu and run["side"] == side]
             if not mine:
-                lines.append(f"| {label} | {SIDE_NAMES[side]} | 0 | - | no run | | |")
+                lines.append(f"| {label} | {SIDE_NAMES[side]} | 0 | - | no run yet | | |")
                 continue
             steps = statistics.fmean(run["steps"] for run in mine)
             cells = [_mean_std([_bleu(run, name) for run in mine]) for name in TEST_SETS]
-            lines.append(f"| {label}: {mine[0]['precision']} | {SIDE_NAMES[side]} | {len(mine)} | {steps:.0f} | "
-                         + " | ".join(cells) + " |")
-    lines.append(f"| {MISSING_AT_A_GLANCE[0]} | ours, Marian | 0 | - | {MISSING_AT_A_GLANCE[1]} | | |")
+            lines.append(f"| {label} | {SIDE_NAMES[side]} | {len(mine)} | {steps:.0f} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -97,13 +98,16 @@ def quality_margins(quality: dict) -> list[str]:
              "|---|---|---:|---:|---:|---:|"]
     for cpu in sorted({run["cpu_model"] for run in quality["runs"]}):
         runs = [run for run in quality["runs"] if run["cpu_model"] == cpu]
+        count = f"{sum(r['side'] == 'ours' for r in runs)} + {sum(r['side'] == 'marian' for r in runs)}"
+        if len({run["side"] for run in runs}) < 2:  # no margin without runs of both sides
+            lines.append(f"| {short_cpu(cpu)} | {count} | - | - | - | - |")
+            continue
         summary = summarise(runs)
         cells = []
         for name in ("val", *TEST_SETS):
             margin = summary["margin"][name]
             cells.append("-" if margin["difference"] is None else
                          f"{margin['difference']:+.2f} ± {_f(margin['standard_error'])}")
-        count = f"{sum(r['side'] == 'ours' for r in runs)} + {sum(r['side'] == 'marian' for r in runs)}"
         lines.append(f"| {short_cpu(cpu)} | {count} | " + " | ".join(cells) + " |")
     return lines
 
@@ -178,6 +182,48 @@ def published(result: dict) -> list[str]:
     return lines
 
 
+def activation_memory(result: dict) -> list[str]:
+    """Activation memory kept for backward, with and without gradient checkpointing (benchmarks.activation_memory)."""
+    lines = ["| CPU | device | commit | size | batch x (source + target) | plain MiB | checkpointed MiB | less | "
+             "same loss | max grad diff |", "|---|---|---|---|---|---:|---:|---:|---|---:|"]
+    for run in result["runs"]:
+        s = run["settings"]
+        lines.append(f"| {short_cpu(record.cpu_of(run))} | {run['device']} | {run['commit']} | d_model {s['d_model']}, "
+                     f"{s['num_heads']} heads, {s['layers']}+{s['layers']} layers, d_ff {s['d_ff']}, vocab "
+                     f"{s['vocab_size']} | {s['batch_size']} x ({s['source_length']} + {s['target_length']}) | "
+                     f"{run['runs']['plain']['saved_for_backward_mib']:.1f} | "
+                     f"{run['runs']['checkpointed']['saved_for_backward_mib']:.1f} | {run['saved_ratio']:.1f}x | "
+                     f"{'yes' if run['same_loss'] else 'NO'} | {run['max_abs_grad_difference']:.1e} |")
+    return lines
+
+
+def exported_decoding(result: dict) -> list[str]:
+    """The exported model (torch.export) against generate() and CTranslate2 (benchmarks.exported_decoding)."""
+    lines = ["| CPU | commit | sentences | engine | same ids as generate() | same text | BLEU | sentences/s | x generate |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    for run in result["runs"]:
+        for engine, row in run["engines"].items():
+            ids = f"{100 * row['same_ids_as_generate']:.1f}%" if "same_ids_as_generate" in row else "n/a"
+            speed = (f"{row['sentences_per_second']:.1f} | {row['speed_over_generate']:.2f}x"
+                     if "median_seconds" in row else "not timed | -")
+            lines.append(f"| {short_cpu(record.cpu_of(run))} | {run['commit']} | {run['sentences']} | {engine} | {ids} | "
+                         f"{100 * row['same_text_as_generate']:.1f}% | {row['bleu']:.2f} | {speed} |")
+    return lines
+
+
+def compiled_decoding(result: dict) -> list[str]:
+    """generate() with the dynamic cache, the static cache, and the static cache compiled (benchmarks.compiled_decoding)."""
+    lines = ["| CPU | commit | size, threads | model | batch | search | mode | new tokens/s | x dynamic | warm-up s | "
+             "same tokens |", "|---|---|---|---|---:|---|---|---:|---:|---:|---|"]
+    for run in result["runs"]:
+        for r in run["rows"]:
+            lines.append(f"| {short_cpu(record.cpu_of(run))} | {run['commit']} | {run['size']['name']}, {run['threads']} | "
+                         f"{r['model']} | {r['batch_size']} | {r['search']} | {r['mode']} | "
+                         f"{r['new_tokens_per_second']:.0f} | {r['speed_over_dynamic']:.2f} | "
+                         f"{r['warm_up_seconds']:.1f} | {'yes' if r['same_tokens_as_dynamic'] else 'NO'} |")
+    return lines
+
+
 TABLES = {
     "quality-at-a-glance": ("quality", quality_at_a_glance),
     "quality-runs": ("quality", quality_runs),
@@ -187,6 +233,9 @@ TABLES = {
     "speed": ("speed", speed),
     "data-scale": ("data_scale", data_scale),
     "published": ("multi30k_en_de", published),
+    "activation-memory": ("activation_memory", activation_memory),
+    "exported-decoding": ("exported_decoding", exported_decoding),
+    "compiled-decoding": ("compiled_decoding", compiled_decoding),
 }
 
 

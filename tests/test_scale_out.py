@@ -334,6 +334,13 @@ def _corrupt_state(checkpoint):
     (checkpoint / "trainer_state.json").write_bytes(b"\x00\xff garbage")
 
 
+def _as_interrupted(out):
+    """A finished run's folder made to look interrupted: without run_finished.json and all_results.json, which
+    the end of a run writes, a rerun resumes (and checks) instead of saying there is nothing to do."""
+    for name in ("run_finished.json", "all_results.json"):
+        (out / name).unlink(missing_ok=True)
+
+
 @pytest.mark.parametrize("damage, message", [
     (_corrupt_config, "config.json is not valid JSON"),
     (_no_weights, "is incomplete or corrupt: missing model.safetensors"),
@@ -346,6 +353,7 @@ def test_corrupt_checkpoint_to_resume_is_refused(uninterrupted, tmp_path, damage
     damage(checkpoint)
     out = tmp_path / "out"
     shutil.copytree(uninterrupted, out)
+    _as_interrupted(out)
     before = snapshot(out)
     with pytest.raises(ValueError, match=message) as error:
         train_translation.main(flags(out, per_device_train_batch_size=8, resume_from_checkpoint=checkpoint, **RESUME))
@@ -355,10 +363,11 @@ def test_corrupt_checkpoint_to_resume_is_refused(uninterrupted, tmp_path, damage
 
 @pytest.fixture
 def finished_run_copy(uninterrupted, tmp_path):
-    """A copy of a finished run (it would resume from checkpoint-30), plus a half-written checkpoint that only a
-    start that passed every check may clean up; and the folder's hashes."""
+    """A copy of a finished run made to look interrupted after checkpoint-30 (it would resume from there), plus a
+    half-written checkpoint that only a start that passed every check may clean up; and the folder's hashes."""
     out = tmp_path / "out"
     shutil.copytree(uninterrupted, out)
+    _as_interrupted(out)
     shutil.copytree(out / "checkpoint-30", out / "checkpoint-35")
     (out / "checkpoint-35" / "trainer_state.json").unlink()
     return out, snapshot(out)

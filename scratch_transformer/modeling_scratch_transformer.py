@@ -38,6 +38,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .kernels_scratch_transformer import (  # the same results as layer(x), F.dropout, F.cross_entropy, faster on CPU
@@ -503,6 +504,7 @@ class ScratchTransformerDecoder(ScratchTransformerStack):
         layers = [ScratchTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
         super().__init__(config, embed_tokens, layers)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the v4 name, as in transformers' models
     def forward(
         self, input_ids: torch.LongTensor | None = None, encoder_hidden_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
@@ -705,6 +707,7 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
             self.shared = value
             self.decoder.embed.embed_tokens = value
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the v4 name, as in transformers' models
     def forward(
         self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
@@ -789,6 +792,7 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
     def set_output_embeddings(self, value: nn.Linear):
         self.lm_head = value
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the v4 name, as in transformers' models
     def forward(
         self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,

@@ -327,3 +327,28 @@ def test_a_decoder_mask_of_the_wrong_length_is_refused_by_name():
     with pytest.raises(ValueError, match=r"decoder_attention_mask has shape \(3, 4\)"):
         model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
               decoder_attention_mask=torch.ones(3, 4))
+
+
+@pytest.mark.parametrize("cls", [ScratchTransformerModel, ScratchTransformerForConditionalGeneration])
+def test_the_v4_cache_name_warns_and_is_read_as_the_cache(cls):
+    """past_key_values= (the v4 name) is the cache, with a deprecation warning, as in transformers' own models; it
+    was swallowed by **kwargs, and the decoder ran without the cache's past (positions restarted at 0)."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    model = make_model(cls)
+    input_ids, attention_mask, decoder_input_ids = make_inputs()
+    prefix = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, :4],
+                   use_cache=True).cache
+    caches = [EncoderDecoderCache(DynamicCache(), DynamicCache()) for _ in range(2)]
+    for cache in caches:
+        for layer in range(len(prefix.self_attention_cache.layers)):
+            cache.self_attention_cache.update(prefix.self_attention_cache.layers[layer].keys.clone(),
+                                              prefix.self_attention_cache.layers[layer].values.clone(), layer)
+    step = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids[:, 4:5],
+                use_cache=True)
+    new = model(**step, cache=caches[0])
+    with pytest.warns(FutureWarning, match="`past_key_values` is deprecated"):
+        old = model(**step, past_key_values=caches[1])
+    assert old.cache.get_seq_length() == new.cache.get_seq_length() == 5
+    assert torch.equal(old.last_hidden_state if cls is ScratchTransformerModel else old.logits,
+                       new.last_hidden_state if cls is ScratchTransformerModel else new.logits)

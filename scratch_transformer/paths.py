@@ -105,3 +105,16 @@ def unwritable_reason(path: str) -> str | None:
         where = "" if folder == target else f" (in {folder})"
         return f"cannot write there{where}: {error.strerror or error}"
     return None
+
+
+def one_line_errors(parser):
+    """Make `parser.error(message)` print only `<prog>: error: <message>` and exit 2 (argparse prints its usage block
+    first): a refused input reads as one line naming it, as the training script's refusals do. Returns the parser."""
+    import sys
+
+    def error(message: str):
+        sys.stderr.write(f"{parser.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+    parser.error = error
+    return parser

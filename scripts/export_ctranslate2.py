@@ -37,7 +37,9 @@ class ExportArguments:
 
 
 def main(argv=None) -> str:
-    parser = HfArgumentParser(ExportArguments)
+    from scratch_transformer.paths import one_line_errors
+
+    parser = one_line_errors(HfArgumentParser(ExportArguments))
     (args,) = parser.parse_args_into_dataclasses(args=sys.argv[1:] if argv is None else argv)
     from scratch_transformer.ctranslate2_engine import check_export_target
 

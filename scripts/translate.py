@@ -112,7 +112,9 @@ def _check_ctranslate2_folder(parser, model: str, revision: str | None) -> str:
 
 def main(argv=None) -> list[str]:
     argv = sys.argv[1:] if argv is None else argv
-    parser = HfArgumentParser(TranslateArguments)
+    from scratch_transformer.paths import one_line_errors
+
+    parser = one_line_errors(HfArgumentParser(TranslateArguments))
     args, sentences = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     unknown = [s for s in sentences if s.startswith("--")]
     if unknown:

@@ -50,3 +50,17 @@ def test_model_folder_problem_names_weights_cut_short_or_corrupt(tmp_path, damag
     weights.write_bytes({"cut": data[: len(data) - 10], "header": data[:8] + b"{" * 40 + data[48:],
                          "one_byte": b"x"}[damage])
     assert model_folder_problem(str(tmp_path)).startswith("its model.safetensors is truncated or corrupt")
+
+
+def test_script_refusals_are_one_line(tmp_path, capsys):
+    """translate.py and the export refuse a bad --model with one line naming it, not argparse's usage block."""
+    from conftest import load_script
+
+    for name in ("translate", "export_ctranslate2"):
+        argv = ["--model", str(tmp_path / "nowhere"), "Ein Hund."] if name == "translate" else \
+            ["--model", str(tmp_path / "nowhere"), "--output_dir", str(tmp_path / "out")]
+        with pytest.raises(SystemExit) as stop:
+            load_script(name).main(argv)
+        assert stop.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and f": error: --model {tmp_path / 'nowhere'}: no such folder" in lines[0], lines

@@ -212,3 +212,30 @@ def run_python(script: str, args: list, env: dict, cwd: Path, timeout: float = 3
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return json.loads(lines[-1][len("RESULT "):])
+
+
+import torch  # noqa: E402
+
+from scratch_transformer import ScratchTransformerConfig, ScratchTransformerForConditionalGeneration  # noqa: E402
+
+TINY_LM_VOCAB = 40
+
+
+def make_tiny_lm(**overrides):
+    """A seeded 2+2-layer model of width 32 in eval mode (dropout 0), config fields overridden by `overrides`."""
+    values = dict(vocab_size=TINY_LM_VOCAB, d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64,
+                  dropout=0.0, max_position_embeddings=64, init_std=0.3)
+    values.update(overrides)
+    torch.manual_seed(0)
+    return ScratchTransformerForConditionalGeneration(ScratchTransformerConfig(**values)).eval()
+
+
+def make_tiny_lm_inputs():
+    """Source ids (3, 9) right-padded to lengths 9, 6 and 3, their mask, and decoder ids (3, 7)."""
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(3, TINY_LM_VOCAB, (3, 9), generator=g)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 6:] = 0
+    attention_mask[2, 3:] = 0
+    decoder_input_ids = torch.randint(3, TINY_LM_VOCAB, (3, 7), generator=g)
+    return input_ids.masked_fill(attention_mask == 0, 0), attention_mask, decoder_input_ids

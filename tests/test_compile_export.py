@@ -12,25 +12,9 @@ from transformers.integrations.executorch import Seq2SeqLMExportableModule
 
 from scratch_transformer import ScratchTransformerConfig, ScratchTransformerForConditionalGeneration
 
-VOCAB = 40
-
-
-def make_model(**overrides):
-    values = dict(vocab_size=VOCAB, d_model=32, num_heads=4, encoder_layers=2, decoder_layers=2, d_ff=64,
-                  dropout=0.0, max_position_embeddings=64, init_std=0.3)
-    values.update(overrides)
-    torch.manual_seed(0)
-    return ScratchTransformerForConditionalGeneration(ScratchTransformerConfig(**values)).eval()
-
-
-def make_inputs():
-    g = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(3, VOCAB, (3, 9), generator=g)
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, 6:] = 0
-    attention_mask[2, 3:] = 0
-    decoder_input_ids = torch.randint(3, VOCAB, (3, 7), generator=g)
-    return input_ids.masked_fill(attention_mask == 0, 0), attention_mask, decoder_input_ids
+from helpers import TINY_LM_VOCAB as VOCAB  # noqa: E402
+from helpers import make_tiny_lm as make_model  # noqa: E402
+from helpers import make_tiny_lm_inputs as make_inputs  # noqa: E402
 
 
 GREEDY = dict(max_new_tokens=8, do_sample=False, no_repeat_ngram_size=1, suppress_tokens=[0, 1, 2])

@@ -217,6 +217,16 @@ class TranslationTrainer(Seq2SeqTrainer):
         self.gather_function = self.accelerator.gather_for_metrics
         return super().evaluation_loop(*args, **kwargs)
 
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # A checkpoint holds a tied weight once (lm_head.weight is the decoder's embedding): HF listed it as a
+        # "missing key" at every resume. Tied keys are left out of the warning (and tied again); others are named.
+        tied = set(getattr(self.model, "all_tied_weights_keys", None) or {})
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        if len(missing) != len(load_result.missing_keys):
+            self.model.tie_weights()
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing)
+                                           if hasattr(load_result, "_replace") else load_result)
+
     def _get_eval_sampler(self, eval_dataset):
         # HF also groups evaluation batches by length when group_by_length is on, and returns the
         # predictions in that shuffled order; ours are scored against the references in dataset order.

@@ -199,6 +199,10 @@ def main(argv=None):
     if problem:
         parser.error(f"--model {args.model}: {problem}")
     if args.write_space:
+        from scratch_transformer.paths import space_model_problem
+
+        if space_model_problem(args.model):  # the Space loads the model by its Hub id
+            parser.error(f"--write_space {args.write_space}: {space_model_problem(args.model)}")
         try:
             write_space(args.write_space, args.model)
         except (FileExistsError, OSError) as error:

@@ -44,9 +44,12 @@ class ShowAttentionArguments:
     dpi: int = field(default=120, metadata={"help": "Resolution of .png pictures."})
     revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit id)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow the model's own code from the Hub."})
+    force: bool = field(default=False, metadata={"help": "Replace existing pictures this script did not draw."})
 
 
 FORMATS = (".png", ".pdf", ".svg")
+TOOL = "show_attention"  # the mark in its pictures: it replaces its own without --force
+OUTPUT_FLAGS = ("output", "masks_output", "positional_encoding_output", "learning_rate_output")
 
 
 def _numbers(parser, flag: str, text: str | None) -> list[int] | None:
@@ -62,15 +65,18 @@ def _numbers(parser, flag: str, text: str | None) -> list[int] | None:
     return [value - 1 for value in values]
 
 
-def _check_output(parser, flag: str, path: str | None) -> None:
+def _check_output(parser, flag: str, path: str | None, force: bool = False) -> None:
     if path is None:
         return
     if os.path.splitext(path)[1].lower() not in FORMATS:
         parser.error(f"--{flag} {path}: name a {', '.join(FORMATS)} file")
     if os.path.isdir(path):
         parser.error(f"--{flag} {path}: a folder, not a file")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        parser.error(f"--{flag} {path}: its folder does not exist")
+    from scratch_transformer.paths import output_problem  # a model's files, another's picture (without --force)
+
+    problem = output_problem(path, force=force, tool=TOOL)
+    if problem:
+        parser.error(f"--{flag} {path}: {problem}")
 
 
 def main(argv=None) -> dict:
@@ -90,8 +96,13 @@ def main(argv=None) -> dict:
     for name in ("num_beams", "max_new_tokens", "dpi"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    for flag in ("output", "masks_output", "positional_encoding_output", "learning_rate_output"):
-        _check_output(parser, flag, getattr(args, flag))
+    for flag in OUTPUT_FLAGS:
+        _check_output(parser, flag, getattr(args, flag), args.force)
+    from scratch_transformer.paths import same_outputs, save_figure
+
+    clash = same_outputs({f"--{flag}": getattr(args, flag) for flag in OUTPUT_FLAGS})
+    if clash:
+        parser.error(clash)
     run = args.run or args.model
     if args.learning_rate_output and not os.path.isfile(os.path.join(run, "trainer_state.json")):
         parser.error(f"--learning_rate_output: {run} holds no trainer_state.json (give the run's output folder "
@@ -125,27 +136,30 @@ def main(argv=None) -> dict:
                        if getattr(args, name) is not None}
 
     maps = sentence_attention(model, tokenizer, sentences[0], **generate_kwargs)
-    plot_sentence_attention(maps, kinds=kinds, layers=layers, heads=heads).savefig(args.output, dpi=args.dpi)
+    figure = plot_sentence_attention(maps, kinds=kinds, layers=layers, heads=heads)
+    save_figure(figure, args.output, TOOL, dpi=args.dpi)
     print(f"{sentences[0]}\n-> {maps.translation}\nwrote {args.output}")
     written = {"output": args.output, "translation": maps.translation}
     if args.masks_output:
         from scratch_transformer.inference import translate
 
         targets = translate(model, tokenizer, sentences, **generate_kwargs)
-        plot_masks(batch_masks(tokenizer, sentences, targets)).savefig(args.masks_output, dpi=args.dpi)
+        save_figure(plot_masks(batch_masks(tokenizer, sentences, targets)), args.masks_output, TOOL, dpi=args.dpi)
         print(f"wrote {args.masks_output}")
         written["masks_output"] = args.masks_output
     if args.positional_encoding_output:
-        plot_positional_encoding(config.d_model, min(100, config.max_position_embeddings)).savefig(
-            args.positional_encoding_output, dpi=args.dpi)
+        save_figure(plot_positional_encoding(config.d_model, min(100, config.max_position_embeddings)),
+                    args.positional_encoding_output, TOOL, dpi=args.dpi)
         print(f"wrote {args.positional_encoding_output}")
         written["positional_encoding_output"] = args.positional_encoding_output
     if args.learning_rate_output:
-        plot_learning_rate(run).savefig(args.learning_rate_output, dpi=args.dpi)
+        save_figure(plot_learning_rate(run), args.learning_rate_output, TOOL, dpi=args.dpi)
         print(f"wrote {args.learning_rate_output}")
         written["learning_rate_output"] = args.learning_rate_output
     return written
 
 
 if __name__ == "__main__":
-    main()
+    from scratch_transformer.paths import run_main
+
+    run_main(main, "show_attention.py", lambda: "each picture written is whole, none half-written")

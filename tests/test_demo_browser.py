@@ -161,7 +161,7 @@ def test_write_space(tiny_model_dir, tmp_path, capsys):
     assert not list(space.rglob("__pycache__"))
     compile(app, "app.py", "exec")  # the Space's entry point is valid Python (starting it loads torch: too slow here)
     with pytest.raises(SystemExit):
-        demo.main(["--model", str(tiny_model_dir), "--write_space", str(space)])
+        demo.main(["--model", "someone/scratch-de-en", "--write_space", str(space)])
     assert "is not empty" in capsys.readouterr().err
 
 

@@ -653,7 +653,14 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
         """HF's resize grows the input embedding (the encoder's, or the shared table) and the output projection;
         with separate tables the decoder's grows here too, to the same size. resize_token_embeddings then sets
         config.vocab_size and re-ties the output projection to the decoder's table (paper 3.4)."""
+        before = self.config.vocab_size
         encoder_embed = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if encoder_embed.num_embeddings < before:
+            import warnings
+
+            warnings.warn(f"the vocabulary shrank from {before} to {encoder_embed.num_embeddings} tokens: a tokenizer "
+                          f"of more tokens no longer fits this model (ids from {encoder_embed.num_embeddings} on have "
+                          "no embedding)", UserWarning, stacklevel=3)
         decoder = self.base_model.decoder
         if decoder.embed.embed_tokens is not encoder_embed:  # separate vocabularies: grow the decoder's table too
             old = decoder.embed.embed_tokens
@@ -678,7 +685,27 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
         result = super().save_pretrained(save_directory, *args, **kwargs)
         if getattr(self.config, "custom_pipelines", None) and os.path.isfile(_PIPELINE_FILE):
             shutil.copy(_PIPELINE_FILE, os.path.join(save_directory, os.path.basename(_PIPELINE_FILE)))
+        _warn_if_tokenizer_larger(save_directory, self.config.vocab_size)
         return result
+
+
+def _warn_if_tokenizer_larger(folder: str, vocab_size: int) -> None:
+    """Warn when the tokenizer.json saved in `folder` has more tokens than the model's vocabulary (a model resized
+    below its tokenizer): translating text with those tokens would index past the embedding table."""
+    import json
+    import warnings
+
+    try:
+        with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as handle:
+            state = json.load(handle)
+        ids = list(state["model"]["vocab"].values()) + [token["id"] for token in state.get("added_tokens", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    if ids and max(ids) >= vocab_size:
+        warnings.warn(f"{folder}: its tokenizer.json has {max(ids) + 1} tokens but the model's vocabulary only "
+                      f"{vocab_size}: ids from {vocab_size} on have no embedding (translate.py refuses it); resize "
+                      "the model to the tokenizer or save the tokenizer it was trained with", UserWarning,
+                      stacklevel=3)
 
 
 class ScratchTransformerModel(ScratchTransformerPreTrainedModel):

@@ -159,6 +159,26 @@ def text_file_kind(data: bytes) -> str | None:
     return None
 
 
+def read_lines(path: str) -> list[str]:
+    """The lines (`split_lines`) of the UTF-8 text file `path`, a leading byte-order mark dropped.
+
+    Raises:
+        ValueError: one line naming the file and what it is when it is not UTF-8 text (gzip, UTF-16, latin-1:
+            `not_utf8_message`), or a NUL byte (binary data); OSError when it cannot be read.
+    """
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if text_file_kind(data):
+        raise ValueError(not_utf8_message(path, data, None))
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ValueError(not_utf8_message(path, data, error)) from None
+    if "\0" in text:
+        raise ValueError(f"{path}: binary data (a NUL byte at offset {data.index(0)}), not text")
+    return split_lines(text)
+
+
 def not_utf8_message(path: str, data: bytes, error: UnicodeDecodeError) -> str:
     """The one line for a file that is not UTF-8: what it is when its bytes tell (gzip, UTF-16), with the command
     that converts it; else the first bad byte and the latin-1 conversion."""

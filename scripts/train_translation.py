@@ -69,10 +69,14 @@ def parse_args(argv=None):
             raise
         if not isinstance(values, dict):
             raise ValueError(f"{path}: expected a {kind} mapping of argument names and values")
-        known = {action.dest for action in parser._actions}
-        unknown = sorted(set(values) - known)
+        actions = {action.dest: action for action in parser._actions}
+        unknown = sorted(set(values) - set(actions))
         if unknown:
             raise ValueError(f"{path}: unknown argument(s) {', '.join(unknown)}")
+        switches = {action.dest for action in parser._actions if action.nargs in ("?", 0)}  # true/false flags
+        for key, value in values.items():  # YAML reads `save_strategy: no` as false: the word it was, for a text flag
+            if isinstance(value, bool) and key not in switches:
+                values[key] = "no" if value is False else "yes"
         parser.set_defaults(**values)  # the file's values become defaults: flags given after it win
     return parser.parse_args_into_dataclasses(args=argv)
 

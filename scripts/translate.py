@@ -48,17 +48,14 @@ PROGRESS = {}
 
 def _read_lines(path: str) -> list[str]:
     """The lines of a UTF-8 file (a byte-order mark dropped), split by `paths.split_lines`: one per "\\n"."""
-    from scratch_transformer.paths import not_utf8_message, split_lines
+    from scratch_transformer.paths import read_lines
 
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        return read_lines(path)
+    except ValueError as error:  # gzip, UTF-16, latin-1, binary: named as what it is
+        raise SystemExit(str(error)) from None
     except OSError as error:
         raise SystemExit(f"--input_file {path}: cannot read it ({error.strerror or error})") from None
-    try:
-        return split_lines(data.decode("utf-8-sig"))  # -sig: drop a byte-order mark if an editor wrote one
-    except UnicodeDecodeError as error:
-        raise SystemExit(not_utf8_message(path, data, error)) from None
 
 
 def kept() -> str:

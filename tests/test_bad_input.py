@@ -399,6 +399,29 @@ def _catalogue(rng):
                                       setup="json_args_unknown"),
         "json-args-malformed": Case(("jsonl", None, None), argv=("{tmp}/args.json",), names=("args.json",),
                                     setup="json_args_malformed"),
+        # issue 56
+        "yaml-args": Case(("jsonl", None, None), argv=("{tmp}/args.yaml",), setup="yaml_args"),
+        "yaml-args-unknown-key": Case(("jsonl", None, None), argv=("{tmp}/args.yml",), names=("args.yml: unknown",),
+                                      setup="yaml_args_unknown"),
+        "yaml-args-malformed": Case(("jsonl", None, None), argv=("{tmp}/args.yaml",),
+                                    names=("args.yaml: not valid YAML",), setup="yaml_args_malformed"),
+        "toml-args": Case(("jsonl", None, None), argv=("{tmp}/args.toml",),
+                          names=("args.toml: a config file must be .json or .yaml",), setup="toml_args"),
+        "max_train_minutes-without-warmup": Case((rng.choice(FORMS), None, None), {"max_train_minutes": 1}),
+        "tokenizer_name-another-vocabulary": Case(
+            (rng.choice(FORMS), None, None), {"model_name_or_path": "{model}", "tokenizer_name": "{tmp}/other",
+                                              "config_overrides": None, "vocab_size": None},
+            ("--tokenizer_name {tmp}/other does not fit --model_name_or_path {model}: its vocabulary",),
+            setup="other_tokenizer"),
+        "tokenizer_name-larger-than-the-model": Case(
+            (rng.choice(FORMS), None, None), {"model_name_or_path": "{model}", "tokenizer_name": "{tmp}/other",
+                                              "config_overrides": None, "vocab_size": None},
+            ("does not fit --model_name_or_path {model}: the tokenizer has",), setup="larger_tokenizer"),
+        "eval-only-into-a-run-names-what-it-replaces": Case(
+            (rng.choice(FORMS), None, None), {"do_train": False, "model_name_or_path": "{tmp}/run",
+                                              "config_overrides": None, "vocab_size": None},
+            ("would replace README.md, all_results.json, eval_results.json, test_results.json",),
+            setup="run_with_results"),
         "accepted-folder": Case(("folder", None, None)),
         "accepted-csv": Case(("csv", None, None)),
     })
@@ -486,6 +509,21 @@ def prepare(case, tmp_path, monkeypatch, request):
 
         monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no_token"))
         monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no_tokens"))
+    elif case.setup in ("other_tokenizer", "larger_tokenizer"):  # a model, and a tokenizer that does not fit it
+        from conftest import TINY_SENTENCES
+
+        from scratch_transformer.tokenization import train_tokenizer
+
+        shutil.copytree(request.getfixturevalue("tiny_model_dir"), tmp_path / "finished_model")
+        texts = [sentence.upper() for sentence in TINY_SENTENCES] * 3 if case.setup == "other_tokenizer" else \
+            [pair[0] + " " + pair[1] for pairs in PAIRS.values() for pair in pairs]
+        train_tokenizer(texts, vocab_size=300 if case.setup == "other_tokenizer" else 600, min_frequency=1,
+                        model_max_length=64).save_pretrained(tmp_path / "other")
+    elif case.setup == "run_with_results":  # a finished run's folder
+        shutil.copytree(request.getfixturevalue("tiny_model_dir"), out)
+        for name in ("training_curve.png", "eval_results.json", "test_results.json", "all_results.json",
+                     "README.md"):
+            (out / name).write_text(f"the run's own {name}\n")
     flags = {**data_flags, **case.flags}
     flags = {k: (v.format(**paths) if isinstance(v, str) else v) for k, v in flags.items()}
     unused_sources = {k: None for k in ("dataset_name", "train_file", "validation_file", "test_file") if k not in flags}
@@ -497,6 +535,18 @@ def prepare(case, tmp_path, monkeypatch, request):
             (tmp_path / "args.json").write_text(json.dumps({**args, "bogus_key": 1}))
         elif case.setup == "json_args_malformed":
             (tmp_path / "args.json").write_text("{output_dir: 'run'}")
+        elif case.setup.startswith("yaml_args"):  # the tiny run's flags as YAML values
+            import yaml
+
+            pairs = tiny_run_flags(out, **{**RUN, **unused_sources, **data_flags})
+            values = {key[2:]: yaml.safe_load(value) for key, value in zip(pairs[::2], pairs[1::2])}
+            if case.setup == "yaml_args_unknown":
+                values["bogus_key"] = 1
+            text = yaml.safe_dump(values) if case.setup != "yaml_args_malformed" else "output_dir: [run\n"
+            (tmp_path / ("args.yml" if case.setup == "yaml_args_unknown" else "args.yaml")).write_text(text)
+        elif case.setup == "toml_args":
+            (tmp_path / "args.toml").write_text(f'output_dir = "{out}"\n')
+    paths["out"] = str(out)
     names = [n.format(**paths) for name in case.names for n in (data_names if name == "<data>" else [name])]
     return argv, out, names
 
@@ -653,6 +703,28 @@ def _translate_cases():
         "model-corrupt-weights-header": (["Ein Hund."], ("bad_header",), "model:{tmp}/bad_header", ""),
         "latin1+bad-beams": (["--input_file", "{tmp}/latin1.txt", "--num_beams", "0"], ("--num_beams", "latin1.txt"),
                              "latin1", ""),
+        # issue 56: nothing lost, lines split one way, the file named as what it is, a tokenizer that does not fit
+        "output_file-is-the-input": (["--input_file", "{tmp}/de.txt", "--output_file", "{tmp}/de.txt"],
+                                     ("--output_file {tmp}/de.txt: is the input file",), "", ""),
+        "output_file-is-the-input-forced": (["--input_file", "{tmp}/de.txt", "--output_file", "{tmp}/de.txt",
+                                             "--force"], ("is the input file",), "", ""),
+        "output_file-a-model's-config": (["--output_file", "{tmp}/m/config.json", "--force", "true", "Ein Hund."],
+                                         ("--output_file {tmp}/m/config.json: is a file of a model",), "", ""),
+        "output_file-a-model's-tokenizer": (["--output_file", "{tmp}/m/tokenizer.json", "Ein Hund."],
+                                            ("is a file of a model",), "", ""),
+        "output_file-an-export's-config": (["--output_file", "{tmp}/ct2/config.json", "--force", "true", "Ein Hund."],
+                                           ("is a file of a CTranslate2 export",), "", ""),
+        "output_file-exists": (["--output_file", "{tmp}/earlier.txt", "Ein Hund."],
+                               ("--output_file {tmp}/earlier.txt: already exists (add --force",), "", ""),
+        "ok-output_file-exists-forced": (["--output_file", "{tmp}/earlier.txt", "--force", "true", "Ein Hund."], (), "", ""),
+        "ok-unicode-line-separators": (["--input_file", "{tmp}/separators.txt", "--output_file", "{tmp}/out.txt"],
+                                       (), "", ""),  # 6 lines; str.splitlines() made 10
+        "input_file-utf16-named": (["--input_file", "{tmp}/utf16.txt"], ("utf16.txt: UTF-16 text",), "", ""),
+        "input_file-utf16-no-bom": (["--input_file", "{tmp}/utf16le.txt"], ("utf16le.txt: UTF-16 text",), "", ""),
+        "input_file-gzip": (["--input_file", "{tmp}/de.txt.gz"], ("de.txt.gz: gzip-compressed",), "", ""),
+        "model-vocabulary-below-its-tokenizer": (["Ein Hund läuft über die Wiese."],
+                                                 ("the tokenizer has", "model's vocabulary 20"),
+                                                 "model:{tmp}/resized", ""),
     }
 
 
@@ -693,24 +765,62 @@ def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_mod
     (tmp_path / "corrupt_config" / "config.json").write_text('{"model_type": "scratch_transformer", ')
     weights = tmp_path / "cut_weights" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:200])
+    write_issue_56_inputs(tmp_path, tiny_model_dir, setup)
     if setup.startswith("model:"):
         model = setup[len("model:"):].format(**paths)
     argv = ["--model", model, *[a.format(**paths) for a in args]]
     output = next((argv[i + 1] for i, a in enumerate(argv) if a == "--output_file"), None)
+    before = snapshot(tmp_path)
     try:
         result = translate_script.main(argv)
     except SystemExit as error:
         message = _message(error, capsys)
         assert names, f"refused: {message}"
-        assert any(name in message for name in names), f"the message names none of {names}: {message}"
-        if output and not os.path.isdir(output):
-            assert not os.path.exists(output), "a partial output file was written"
+        assert any(name.format(**paths) in message for name in names), f"the message names none of {names}: {message}"
+        assert "\n" not in message.strip() and "Traceback" not in message
+        assert snapshot(tmp_path) == before, "a file was written or changed"
         return
     assert not names, f"accepted, but should have been refused naming one of {names}"
     assert isinstance(result, list)
+    source = next((argv[i + 1] for i, a in enumerate(argv) if a == "--input_file"), None)
+    if source:  # one line is what ends in \n: as many translations as lines, whatever else the lines hold
+        assert len(result) == Path(source).read_bytes().count(b"\n")
     if output:
-        with open(output, encoding="utf-8") as handle:
-            assert len(handle.read().splitlines()) == len(result)
+        with open(output, encoding="utf-8", newline="") as handle:
+            assert handle.read().count("\n") == len(result)
+        assert not [name for name in os.listdir(os.path.dirname(output)) if name.endswith(".tmp")]
+
+
+SEPARATED = ["Ein Hund\u2028läuft.", "Zwei\x0cMänner.", "Eine Frau\x85sitzt.", "Ein Kind\rspielt.",
+             "Ein Mann\x1efährt.", "Eine Katze\u2029schläft."]  # 6 lines by \n; str.splitlines() gives 12
+
+
+def write_issue_56_inputs(tmp_path, tiny_model_dir, setup=""):
+    """The files issue 56's cases read: a German input, an earlier output, a copy of the model, a fake CTranslate2
+    export (config.json + model.bin), lines holding other separators, UTF-16 without a byte-order mark, gzip,
+    and (setup model:{tmp}/resized) the model with its vocabulary resized below its tokenizer."""
+    (tmp_path / "de.txt").write_text("Ein Hund.\nZwei Männer.\n", encoding="utf-8")
+    (tmp_path / "earlier.txt").write_text("my earlier translation\n", encoding="utf-8")
+    shutil.copytree(tiny_model_dir, tmp_path / "m")
+    (tmp_path / "ct2").mkdir()
+    (tmp_path / "ct2" / "config.json").write_text("{}")
+    (tmp_path / "ct2" / "model.bin").write_bytes(b"\0" * 16)
+    (tmp_path / "separators.txt").write_bytes("".join(line + "\n" for line in SEPARATED).encode("utf-8"))
+    (tmp_path / "utf16le.txt").write_bytes("Ein Hund.\n".encode("utf-16-le"))
+    (tmp_path / "de.txt.gz").write_bytes(gzip.compress("Ein Hund.\n".encode("utf-8")))
+    if setup == "model:{tmp}/resized":
+        import warnings
+
+        from transformers import AutoModelForSeq2SeqLM
+
+        shutil.copytree(tiny_model_dir, tmp_path / "resized")
+        model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "resized")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.resize_token_embeddings(20)
+            model.save_pretrained(tmp_path / "resized")
+        said = " ".join(str(w.message) for w in caught)
+        assert "the vocabulary shrank from" in said and "tokenizer.json has" in said, said  # warned at save
 
 
 def test_the_catalogue_is_large_and_seeded():

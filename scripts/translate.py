@@ -72,10 +72,11 @@ def kept() -> str:
 
 def _partial_record(path: str, key: dict, force: bool) -> dict:
     """The finished translations {line index: text} that an interrupted run with the same input, model and
-    settings (`key`) kept in `path`; {} when there is none (or --force). Refuses one of another run."""
+    settings (`key`) kept in `path`; {} when there is none. One of another run is refused, or with --force
+    replaced."""
     import json
 
-    if not os.path.isfile(path) or force:
+    if not os.path.isfile(path):
         return {}
     try:
         with open(path, encoding="utf-8") as handle:
@@ -84,6 +85,8 @@ def _partial_record(path: str, key: dict, force: bool) -> dict:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         finished, record = {}, {}
     if record.get("key") != key:
+        if force:
+            return {}
         raise SystemExit(f"--output_file: {path} holds the translations an interrupted run kept for another input, "
                          "model or settings; run that command again to finish it, or add --force to start afresh")
     return finished

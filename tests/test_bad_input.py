@@ -884,6 +884,8 @@ EXPORT_CASES = {
                            ("quantization",), ""),
     "output_dir-read-only": (["--model", "{model}", "--output_dir", "{read_only}/ct2"],
                              ("--output_dir {read_only}/ct2: cannot write there",), ""),
+    "output_dir-parent-missing": (["--model", "{model}", "--output_dir", "{tmp}/nodir/x"],
+                                  ("--output_dir {tmp}/nodir/x: its folder does not exist",), ""),
     "ok-force-onto-an-earlier-export": (["--model", "{model}", "--output_dir", "{tmp}/export", "--force",
                                          "--quantization", "int8", "--check_file", "{tmp}/check.de"], (), "export"),
 }
@@ -949,3 +951,222 @@ def test_a_push_that_fails_after_training_keeps_the_run_and_the_same_command_pus
         (folder, repo_id)) or "abc123")
     assert train_translation.main(argv) == {"finished": True, "output_dir": str(out), "hub_commit": "abc123"}
     assert pushed == [(str(out), "user/pushed-later")] and len(steps_run) == 2
+
+
+# ---------------------------------------------------------------------------------------------------- issue 56: pictures
+
+
+SHOW_ATTENTION_CASES = {
+    # name: (argv after --model and the sentence, names the refusal must give (empty: must succeed))
+    "output-onto-the-run's-training-curve": (["--output", "{tmp}/m/training_curve.png"],
+                                             ("--output {tmp}/m/training_curve.png: already exists (add --force",)),
+    "output-onto-another-picture": (["--output", "{tmp}/mine.png"], ("--output {tmp}/mine.png: already exists",)),
+    "pe-onto-another-picture": (["--output", "{tmp}/a.png", "--positional_encoding_output", "{tmp}/mine.png"],
+                                ("--positional_encoding_output {tmp}/mine.png: already exists",)),
+    "output-and-masks-the-same-file": (["--output", "{tmp}/a.png", "--masks_output", "{tmp}/a.png"],
+                                       ("--masks_output {tmp}/a.png: the same file as --output",)),
+    "ok-output-onto-another-picture-forced": (["--output", "{tmp}/mine.png", "--force", "true"], ()),
+    "ok-output-onto-its-own-picture": (["--output", "{tmp}/drawn.png"], ()),
+}
+
+
+@pytest.mark.parametrize("args, names", [pytest.param(*spec, id=name) for name, spec in SHOW_ATTENTION_CASES.items()])
+def test_show_attention_writes_only_its_own_pictures(args, names, tiny_model_dir, tmp_path, capsys):
+    """Issue 56: --output onto the run's training_curve.png, any picture it did not draw, or two outputs naming
+    one file, are refused before drawing, naming the flag; nothing changes. A picture it drew itself (its mark in
+    the file) is replaced without --force, atomically (no temporary file left)."""
+    show_attention = load_script("show_attention")
+    shutil.copytree(tiny_model_dir, tmp_path / "m")
+    (tmp_path / "m" / "training_curve.png").write_bytes(b"\x89PNG the run's own curve")
+    (tmp_path / "mine.png").write_bytes(b"\x89PNG my picture")
+    show_attention.main(["--model", str(tiny_model_dir), "Ein Hund.", "--output", str(tmp_path / "drawn.png")])
+    capsys.readouterr()
+    paths = {"tmp": str(tmp_path)}
+    before = snapshot(tmp_path)
+    try:
+        written = show_attention.main(["--model", str(tiny_model_dir), "Ein Hund.", *[a.format(**paths) for a in args]])
+    except SystemExit:
+        message = capsys.readouterr().err.strip().splitlines()[-1]
+        assert names, f"refused: {message}"
+        assert any(name.format(**paths) in message for name in names), message
+        assert snapshot(tmp_path) == before, "a file was written or changed"
+        return
+    assert not names, f"accepted, but should have been refused naming one of {names}"
+    assert Path(written["output"]).read_bytes()[:4] == b"\x89PNG"
+    assert b"scratch_transformer show_attention" in Path(written["output"]).read_bytes()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_demo_write_space_refuses_a_local_model_path(tiny_model_dir, tmp_path, capsys):
+    """Issue 56: a Space written for --model ../models/main would load a path that does not exist there."""
+    demo = load_script("demo")
+    with pytest.raises(SystemExit):
+        demo.main(["--model", str(tiny_model_dir), "--write_space", str(tmp_path / "space")])
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--model {tiny_model_dir} is a local folder, which will not exist on the Space" in message, message
+    assert "give that Hub id as --model" in message and not (tmp_path / "space").exists()
+
+
+# ---------------------------------------------------------------------------------------------------- issue 56: Ctrl-C, full disk
+
+
+def _one_line(run, capsys):
+    """Run `run` (a script's main through paths.run_main); returns (exit code, the one stderr line)."""
+    with pytest.raises(SystemExit) as ended:
+        run()
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip()]
+    assert lines and "Traceback" not in "\n".join(lines)
+    return ended.value.code, lines[-1]
+
+
+def test_translate_ctrl_c_keeps_the_finished_translations_and_the_same_command_goes_on(tiny_model_dir, tmp_path,
+                                                                                      monkeypatch, capsys):
+    """Ctrl-C after 2 of 5 lines: the earlier output file is whole, the 2 translations are kept, one line says so;
+    the same command translates only the 3 others and writes the whole output."""
+    import scratch_transformer.inference as inference
+    from scratch_transformer.paths import run_main
+
+    real = inference.translate
+    source, output = tmp_path / "de.txt", tmp_path / "en.txt"
+    source.write_text("".join(f"Ein Hund {i}.\n" for i in range(5)), encoding="utf-8")
+    output.write_text("earlier\n", encoding="utf-8")
+    argv = ["--model", str(tiny_model_dir), "--input_file", str(source), "--output_file", str(output), "--force",
+            "true", "--batch_size", "1"]
+
+    def interrupted(model, tokenizer, sentences, done=None, **kwargs):
+        finished = {}
+        real(model, tokenizer, sentences[:2], done=finished, **kwargs)
+        done.update(finished)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inference, "translate", interrupted)
+    code, line = _one_line(lambda: run_main(lambda: translate_script.main(argv), "translate.py",
+                                            translate_script.kept), capsys)
+    assert code == 130 and line == (f"translate.py: interrupted; {output} is unchanged; 2 of 5 translations kept in "
+                                    f"{output}.partial.json: the same command translates the rest"), line
+    assert output.read_text() == "earlier\n" and not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    asked = []
+    monkeypatch.setattr(inference, "translate", lambda model, tokenizer, sentences, **kwargs: asked.append(
+        list(sentences)) or real(model, tokenizer, sentences, **kwargs))
+    translate_script.PROGRESS.clear()
+    result = translate_script.main(argv)
+    assert asked == [[f"Ein Hund {i}." for i in range(2, 5)]] and len(result) == 5
+    assert output.read_text(encoding="utf-8") == "".join(t + "\n" for t in result)
+    assert not (tmp_path / "en.txt.partial.json").exists()
+
+
+def test_translate_on_a_full_disk_leaves_the_earlier_output_whole(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """The write fails with ENOSPC (a full disk, simulated): one line, no traceback, the earlier file whole, no
+    partial or temporary file."""
+    import errno
+
+    from scratch_transformer import paths
+    from scratch_transformer.paths import run_main
+
+    output = tmp_path / "en.txt"
+    output.write_text("earlier\n", encoding="utf-8")
+
+    def full(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(paths.os, "fsync", full)
+    argv = ["--model", str(tiny_model_dir), "--output_file", str(output), "--force", "true", "Ein Hund."]
+    translate_script.PROGRESS.clear()
+    code, line = _one_line(lambda: run_main(lambda: translate_script.main(argv), "translate.py",
+                                            translate_script.kept), capsys)
+    assert code == 1 and line.startswith("translate.py: error: no space left on device") and \
+        f"{output} is unchanged" in line, line
+    assert output.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == ["en.txt"]
+
+
+@pytest.mark.parametrize("failure", ["ctrl-c", "full-disk"])
+def test_training_interrupted_says_what_was_kept_and_resumes_quietly(failure, tmp_path, monkeypatch, capsys):
+    """Ctrl-C at the third step, or torch's 'unexpected pos' from a full disk at the second save: one line naming
+    the checkpoint kept and how to resume. The same command resumes from it without HF's "missing keys
+    ['lm_head.weight']" (a tied weight, saved once)."""
+    import transformers
+
+    from scratch_transformer.paths import run_main
+
+    out = tmp_path / "run"
+    argv = tiny_run_flags(out, save_strategy="steps", save_steps=1, num_beams=1, max_steps=3, do_eval=False,
+                          do_predict=False)
+    steps, original_step = [], transformers.Trainer.training_step
+    original_save = transformers.Trainer._save_checkpoint
+
+    def step(self, *args, **kwargs):
+        steps.append(1)
+        if failure == "ctrl-c" and len(steps) == 3:
+            raise KeyboardInterrupt
+        return original_step(self, *args, **kwargs)
+
+    def save(self, *args, **kwargs):
+        if failure == "full-disk" and self.state.global_step == 2:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4416 vs 4304")
+        return original_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "training_step", step)
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", save)
+    code, line = _one_line(lambda: run_main(lambda: train_translation.main(argv), "train_translation.py",
+                                            train_translation.kept), capsys)
+    kept = "checkpoint-2" if failure == "ctrl-c" else "checkpoint-1"
+    start = "interrupted" if failure == "ctrl-c" else "error: no space left on device"
+    assert code == (130 if failure == "ctrl-c" else 1) and line.startswith(f"train_translation.py: {start}"), line
+    assert f"{out} keeps {kept}, the last complete checkpoint" in line and "same command resumes" in line, line
+    warned = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda message, *a, **k: warned.append(str(message)))
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", original_save)
+    train_translation.main(argv)
+    assert (out / "model.safetensors").is_file() and not [w for w in warned if "missing keys" in w], warned
+
+
+def test_an_evaluation_only_run_into_a_run_keeps_its_curve_and_names_what_it_replaces(tmp_path, tiny_model_dir,
+                                                                                      caplog):
+    """--no_do_train --model_name_or_path RUN --output_dir RUN --overwrite_output_dir: the run's training curve
+    is kept (it was replaced by a one-point plot), and the warning names the results it replaces."""
+    import logging
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run)
+    (run / "training_curve.png").write_bytes(b"\x89PNG the run's curve")
+    (run / "eval_results.json").write_text('{"eval_bleu": 1.0}\n')
+    flags, _ = write_data(tmp_path / "data", "jsonl")
+    argv = tiny_run_flags(run, **{**RUN, **flags, "config_overrides": None, "vocab_size": None, "do_train": False,
+                                  "model_name_or_path": str(run), "overwrite_output_dir": True,
+                                  "dataset_name": None})
+    with caplog.at_level(logging.WARNING):
+        train_translation.main(argv)
+    assert (run / "training_curve.png").read_bytes() == b"\x89PNG the run's curve"
+    assert (run / "model.safetensors").read_bytes() == (tiny_model_dir / "model.safetensors").read_bytes()
+    assert f"replacing eval_results.json" in caplog.text, caplog.text
+    assert (run / "test_results.json").is_file()
+
+
+def test_a_zero_width_space_is_dropped_by_new_and_earlier_tokenizers(tiny_model_dir, tmp_path, capsys):
+    """'Ein\\u200bMann' once read 'Ein<unk>Mann' and changed the translation. A new tokenizer's normaliser drops
+    format characters (Unicode Cf); a tokenizer saved before (normaliser NFKC + whitespace runs) keeps its
+    tokenizer.json and its ids, and translate.py drops them before it (clean_source)."""
+    import json
+
+    from tokenizers import Regex, normalizers
+    from transformers import AutoTokenizer
+
+    from conftest import TINY_SENTENCES
+
+    new = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for cf in ("\u200b", "\u00ad", "\u2060", "\ufeff"):
+        assert new(f"Ein{cf}Hund läuft.")["input_ids"] == new("EinHund läuft.")["input_ids"]
+    shutil.copytree(tiny_model_dir, tmp_path / "old")
+    new.backend_tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(),
+                                                             normalizers.Replace(Regex(r"\s+"), " ")])
+    new.save_pretrained(tmp_path / "old")  # as saved before bpe-v3
+    old = AutoTokenizer.from_pretrained(tmp_path / "old")
+    assert [n["type"] for n in json.loads(old.backend_tokenizer.to_str())["normalizer"]["normalizers"]] == [
+        "NFKC", "Replace"]
+    fresh = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for sentence in TINY_SENTENCES:
+        assert old(sentence)["input_ids"] == fresh(sentence)["input_ids"]  # the same ids as ever
+    assert old.unk_token_id in old("Ein\u200bHund läuft.")["input_ids"]  # the tokenizer itself is unchanged
+    translations = translate_script.main(["--model", str(tmp_path / "old"), "--num_beams", "1",
+                                          "Ein\u200bHund läuft.", "EinHund läuft."])
+    assert translations[0] == translations[1]

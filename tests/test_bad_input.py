@@ -17,6 +17,14 @@ Also here: mixed JSON row shapes (read), a CSV quote never closed, a JSON object
 folder does nothing and says so. scripts/export_ctranslate2.py: --force onto the model, its parent, a training run
 or an export holding other files, corrupt weights, a bad --check_file: refused, nothing deleted; scripts/translate.py:
 a newline inside a sentence and an unseen character are accepted (a space; a warning naming the character).
+
+Issue 56 (nothing lost, round three): translate.py never writes over its input, a model's or a CTranslate2 export's
+files, or an existing file without --force; splits lines on \n only; names UTF-16 and gzip input; refuses a model
+resized below its tokenizer. The training script reads YAML configs and refuses other kinds by name, takes
+--max_train_minutes alone, refuses a --tokenizer_name that does not fit the model, and an evaluation-only run names
+the files it replaces and keeps the run's curve. show_attention.py replaces only its own pictures (--force for
+others), demo.py --write_space refuses a local model, the export refuses a missing parent folder. Ctrl-C and a full
+disk (simulated) end in one line naming what was kept; the same command resumes, without "missing keys".
 """
 
 import bz2
@@ -716,7 +724,8 @@ def _translate_cases():
                                            ("is a file of a CTranslate2 export",), "", ""),
         "output_file-exists": (["--output_file", "{tmp}/earlier.txt", "Ein Hund."],
                                ("--output_file {tmp}/earlier.txt: already exists (add --force",), "", ""),
-        "ok-output_file-exists-forced": (["--output_file", "{tmp}/earlier.txt", "--force", "true", "Ein Hund."], (), "", ""),
+        "ok-output_file-exists-forced": (["--output_file", "{tmp}/earlier.txt", "--force", "true", "Ein Hund."], (),
+                                         "", ""),
         "ok-unicode-line-separators": (["--input_file", "{tmp}/separators.txt", "--output_file", "{tmp}/out.txt"],
                                        (), "", ""),  # 6 lines; str.splitlines() made 10
         "input_file-utf16-named": (["--input_file", "{tmp}/utf16.txt"], ("utf16.txt: UTF-16 text",), "", ""),
@@ -953,7 +962,7 @@ def test_a_push_that_fails_after_training_keeps_the_run_and_the_same_command_pus
     assert pushed == [(str(out), "user/pushed-later")] and len(steps_run) == 2
 
 
-# ---------------------------------------------------------------------------------------------------- issue 56: pictures
+# ------------------------------------------------------------------------------------------- issue 56: pictures
 
 
 SHOW_ATTENTION_CASES = {
@@ -1007,7 +1016,7 @@ def test_demo_write_space_refuses_a_local_model_path(tiny_model_dir, tmp_path, c
     assert "give that Hub id as --model" in message and not (tmp_path / "space").exists()
 
 
-# ---------------------------------------------------------------------------------------------------- issue 56: Ctrl-C, full disk
+# ------------------------------------------------------------------------------------------- issue 56: Ctrl-C, full disk
 
 
 def _one_line(run, capsys):

@@ -155,7 +155,9 @@ def text_file_kind(data: bytes) -> str | None:
         return "UTF-16 text"
     sample = data[:200]
     if len(sample) >= 4 and sample[1::2].count(0) > len(sample) // 4 and sample[0::2].count(0) == 0:
-        return "UTF-16 text"  # little-endian without a byte-order mark: every other byte 0 (ASCII letters)
+        return "UTF-16 text (little-endian, no byte-order mark)"  # every other byte 0 (ASCII letters)
+    if len(sample) >= 4 and sample[0::2].count(0) > len(sample) // 4 and sample[1::2].count(0) == 0:
+        return "UTF-16 text (big-endian, no byte-order mark)"
     return None
 
 
@@ -168,6 +170,13 @@ def read_lines(path: str) -> list[str]:
     """
     with open(path, "rb") as handle:
         data = handle.read()
+    return decode_lines(data, path)
+
+
+def decode_lines(data: bytes, name: str) -> list[str]:
+    """The lines (`split_lines`) of UTF-8 text `data` read from `name` (a file, or "stdin"), a leading byte-order
+    mark dropped. Raises ValueError as `read_lines` does, naming `name`."""
+    path = name
     if text_file_kind(data):
         raise ValueError(not_utf8_message(path, data, None))
     try:
@@ -183,11 +192,16 @@ def not_utf8_message(path: str, data: bytes, error: UnicodeDecodeError) -> str:
     """The one line for a file that is not UTF-8: what it is when its bytes tell (gzip, UTF-16), with the command
     that converts it; else the first bad byte and the latin-1 conversion."""
     kind = text_file_kind(data)
+    piped = path == "stdin"  # the conversion goes into the pipe, not onto a file
     if kind == "gzip-compressed":
-        return f"{path}: gzip-compressed, not text; decompress it first (gunzip -c {path} > {path}.txt)"
+        how = "add gunzip -c to the pipe" if piped else f"gunzip -c {path} > {path}.txt"
+        return f"{path}: gzip-compressed, not text; decompress it first ({how})"
     if kind:
         source = "utf-16" if kind.startswith("UTF-16") else "utf-32"
-        return f"{path}: {kind}, not UTF-8; convert it: iconv -f {source} -t utf-8 {path} > {path}.utf8"
+        if "endian" in kind:  # without a byte-order mark iconv reads utf-16 as big-endian: name the order
+            source += "le" if "little" in kind else "be"
+        how = f"iconv -f {source} -t utf-8" + (" in the pipe" if piped else f" {path} > {path}.utf8")
+        return f"{path}: {kind}, not UTF-8; convert it: {how}"
     return (f"{path}: not UTF-8 text (byte {error.start}: {error.object[error.start:error.start + 1]!r}); "
             "convert it, e.g. iconv -f latin1 -t utf-8")
 

@@ -201,10 +201,20 @@ def main(argv=None) -> list[str]:
         load_kwargs = _check_model(parser, args.model, args.revision)
     if args.input_file:
         sentences = _read_lines(args.input_file)
-    elif not sentences:
-        from scratch_transformer.paths import split_lines
+    elif not sentences:  # the bytes, checked as a file's are: latin-1 or UTF-16 on stdin is named, not a traceback
+        from scratch_transformer.paths import decode_lines
 
-        sentences = split_lines(sys.stdin.read().removeprefix("\ufeff"))
+        try:
+            sentences = decode_lines(sys.stdin.buffer.read(), "stdin")
+        except ValueError as error:
+            parser.error(str(error))
+    for sentence in sentences:  # an argument in another encoding arrives with surrogate escapes
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError as error:
+            byte = ord(sentence[error.start]) - 0xDC00
+            parser.error(f"the sentence {sentence.encode('utf-8', 'replace').decode()!r} is not UTF-8 text (byte "
+                         f"{byte:#04x}{': latin-1?' if 0x80 <= byte <= 0xFF else ''}); give UTF-8 text")
 
     from safetensors import SafetensorError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer

@@ -731,6 +731,12 @@ def _translate_cases():
         "input_file-utf16-named": (["--input_file", "{tmp}/utf16.txt"], ("utf16.txt: UTF-16 text",), "", ""),
         "input_file-utf16-no-bom": (["--input_file", "{tmp}/utf16le.txt"], ("utf16le.txt: UTF-16 text",), "", ""),
         "input_file-gzip": (["--input_file", "{tmp}/de.txt.gz"], ("de.txt.gz: gzip-compressed",), "", ""),
+        # tried again after issue 56: the byte order named for iconv, a sentence argument in latin-1
+        "input_file-utf16le-no-bom-iconv": (["--input_file", "{tmp}/utf16le.txt"], ("iconv -f utf-16le",), "", ""),
+        "input_file-utf16be-no-bom": (["--input_file", "{tmp}/utf16be.txt"],
+                                      ("utf16be.txt: UTF-16 text (big-endian, no byte-order mark), not UTF-8; "
+                                       "convert it: iconv -f utf-16be",), "", ""),
+        "sentence-not-utf8": (["M\udce4dchen laufen."], ("is not UTF-8 text (byte 0xe4",), "", ""),
         "model-vocabulary-below-its-tokenizer": (["Ein Hund läuft über die Wiese."],
                                                  ("the tokenizer has", "model's vocabulary 20"),
                                                  "model:{tmp}/resized", ""),
@@ -800,6 +806,29 @@ def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_mod
         assert not [name for name in os.listdir(os.path.dirname(output)) if name.endswith(".tmp")]
 
 
+@pytest.mark.parametrize("data, names", [
+    ("Grüße aus Köln.\n".encode("latin-1"), "stdin: not UTF-8 text (byte 2"),
+    ("Ein Hund.\n".encode("utf-16"), "stdin: UTF-16 text, not UTF-8; convert it: iconv -f utf-16 -t utf-8 in the pipe"),
+    (gzip.compress(b"Ein Hund.\n"), "stdin: gzip-compressed, not text; decompress it first (add gunzip -c to the pipe)"),
+], ids=["latin1", "utf16", "gzip"])
+def test_translate_names_what_stdin_is_when_it_is_not_utf8(data, names, tiny_model_dir, monkeypatch, capsys):
+    """Tried again after issue 56: stdin was decoded with surrogate escapes and hashed as UTF-8, a traceback
+    (UnicodeEncodeError); now its bytes are checked as a file's are, one line naming what it is."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    with pytest.raises(SystemExit) as ended:
+        translate_script.main(["--model", str(tiny_model_dir)])
+    message = capsys.readouterr().err.strip()
+    assert ended.value.code == 2 and f": error: {names}" in message and "\n" not in message, message
+
+
+def test_translate_reads_utf8_stdin_by_newlines_only(tiny_model_dir, monkeypatch, capsys):
+    """A byte-order mark dropped, \\r\\n and \\n end lines, a lone \\r or U+2028 does not: 3 lines, 3 translations."""
+    data = "\ufeffEin Hund.\r\nZwei\rMänner.\nEine\u2028Frau.".encode("utf-8")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    result = translate_script.main(["--model", str(tiny_model_dir), "--num_beams", "1", "--max_new_tokens", "3"])
+    assert len(result) == 3 and capsys.readouterr().out.count("\n") == 3
+
+
 SEPARATED = ["Ein Hund\u2028läuft.", "Zwei\x0cMänner.", "Eine Frau\x85sitzt.", "Ein Kind\rspielt.",
              "Ein Mann\x1efährt.", "Eine Katze\u2029schläft."]  # 6 lines by \n; str.splitlines() gives 12
 
@@ -816,6 +845,7 @@ def write_issue_56_inputs(tmp_path, tiny_model_dir, setup=""):
     (tmp_path / "ct2" / "model.bin").write_bytes(b"\0" * 16)
     (tmp_path / "separators.txt").write_bytes("".join(line + "\n" for line in SEPARATED).encode("utf-8"))
     (tmp_path / "utf16le.txt").write_bytes("Ein Hund.\n".encode("utf-16-le"))
+    (tmp_path / "utf16be.txt").write_bytes("Ein Hund.\n".encode("utf-16-be"))
     (tmp_path / "de.txt.gz").write_bytes(gzip.compress("Ein Hund.\n".encode("utf-8")))
     if setup == "model:{tmp}/resized":
         import warnings

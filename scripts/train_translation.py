@@ -17,6 +17,7 @@ Examples:
         --output_dir outputs/finetuned
 """
 
+import argparse
 import json
 import os
 import sys
@@ -75,10 +76,35 @@ def parse_args(argv=None):
             raise ValueError(f"{path}: unknown argument(s) {', '.join(unknown)}")
         switches = {action.dest for action in parser._actions if action.nargs in ("?", 0)}  # true/false flags
         for key, value in values.items():  # YAML reads `save_strategy: no` as false: the word it was, for a text flag
-            if isinstance(value, bool) and key not in switches:
+            if isinstance(value, bool) and key not in switches and actions[key].type not in (int, float):
                 values[key] = "no" if value is False else "yes"
+            values[key] = _config_value(path, key, values[key], actions[key])
         parser.set_defaults(**values)  # the file's values become defaults: flags given after it win
     return parser.parse_args_into_dataclasses(args=argv)
+
+
+def _config_value(path: str, key: str, value, action):
+    """A config file's `value` for `key` of a numeric flag checked and converted as the flag's own type would:
+    2.5, "abc", true or [1] for an integer refused; "1e-3" (YAML reads it as text) or 1e5 taken. Text flags keep
+    their value as before. Raises ValueError naming the file, the key and the value (argparse checks the type of
+    a flag given, not of a default, which is what the file's values become)."""
+    if value is None or action.nargs in ("?", 0) or action.type not in (int, float):
+        return value  # text: as before (a list stays a list: report_to ["tensorboard"] is transformers' own form)
+    wanted = "an integer" if action.type is int else "a number"
+    refused = ValueError(f"{path}: {key}: expected {wanted}, got {json.dumps(value, ensure_ascii=False)}")
+    if isinstance(value, list) and action.nargs in ("+", "*"):
+        return [_config_value(path, key, item, argparse.Action([], key, type=action.type)) for item in value]
+    if isinstance(value, (bool, list, dict)):
+        raise refused
+    if isinstance(value, int):
+        return action.type(value)
+    try:
+        number = float(value)  # "1e-3", "1e5", 100000.0
+    except ValueError:
+        raise refused from None
+    if action.type is int and not number.is_integer():
+        raise refused
+    return int(number) if action.type is int else number
 
 
 # the output folder of the run under way, for the one line printed on Ctrl-C or a full disk (`kept`)

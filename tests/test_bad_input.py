@@ -415,6 +415,21 @@ def _catalogue(rng):
                                     names=("args.yaml: not valid YAML",), setup="yaml_args_malformed"),
         "toml-args": Case(("jsonl", None, None), argv=("{tmp}/args.toml",),
                           names=("args.toml: a config file must be .json or .yaml",), setup="toml_args"),
+        # tried again after issue 56: a config file's value of the wrong type (argparse checks no default's type)
+        "yaml-args-float-for-an-integer": Case(("jsonl", None, None), argv=("{tmp}/args.yaml",),
+                                               names=("args.yaml: max_steps: expected an integer, got 2.5",),
+                                               setup="yaml_args_set:max_steps=2.5"),
+        "yaml-args-list-for-a-number": Case(("jsonl", None, None), argv=("{tmp}/args.yaml",),
+                                            names=("args.yaml: learning_rate: expected a number, got [0.001]",),
+                                            setup="yaml_args_set:learning_rate=[0.001]"),
+        "yaml-args-text-for-an-integer": Case(("jsonl", None, None), argv=("{tmp}/args.yaml",),
+                                              names=('args.yaml: seed: expected an integer, got "abc"',),
+                                              setup="yaml_args_set:seed=abc"),
+        "yaml-args-true-for-an-integer": Case(("jsonl", None, None), argv=("{tmp}/args.yaml",),
+                                              names=("args.yaml: seed: expected an integer, got true",),
+                                              setup="yaml_args_set:seed=true"),
+        "yaml-args-exponent-read-as-text-taken": Case(("jsonl", None, None), argv=("{tmp}/args.yaml",),
+                                                      setup="yaml_args_set:learning_rate=1e-3"),
         "max_train_minutes-without-warmup": Case((rng.choice(FORMS), None, None), {"max_train_minutes": 1}),
         "tokenizer_name-another-vocabulary": Case(
             (rng.choice(FORMS), None, None), {"model_name_or_path": "{model}", "tokenizer_name": "{tmp}/other",
@@ -550,6 +565,9 @@ def prepare(case, tmp_path, monkeypatch, request):
             values = {key[2:]: yaml.safe_load(value) for key, value in zip(pairs[::2], pairs[1::2])}
             if case.setup == "yaml_args_unknown":
                 values["bogus_key"] = 1
+            if case.setup.startswith("yaml_args_set:"):  # one key's value as YAML reads it: "max_steps=2.5"
+                key, raw = case.setup[len("yaml_args_set:"):].split("=", 1)
+                values[key] = yaml.safe_load(raw)
             text = yaml.safe_dump(values) if case.setup != "yaml_args_malformed" else "output_dir: [run\n"
             (tmp_path / ("args.yml" if case.setup == "yaml_args_unknown" else "args.yaml")).write_text(text)
         elif case.setup == "toml_args":

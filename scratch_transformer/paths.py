@@ -221,6 +221,9 @@ MODEL_FILE_PATTERNS = ("config.json", "generation_config.json", "tokenizer.json"
                        "*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.py", "*.pt",
                        "*.pth", "shared_vocabulary.*", "source_vocabulary.*", "target_vocabulary.*",
                        "scratch_transformer_ctranslate2.json", "trainer_state.json", "run_finished.json")
+# what a training run wrote beside its model: replaced only by the training script itself (an evaluation-only run
+# into the folder says which), never by another tool's output, even with --force
+RUN_FILE_PATTERNS = ("training_curve.png", "*_results.json", "generated_predictions*.txt", "README.md")
 MARK = "scratch_transformer"
 
 
@@ -250,8 +253,10 @@ def output_problem(path: str, inputs=(), force: bool = False, tool: str | None =
     """Why a tool must not write the file `path`, or None when it may; checked before any work.
 
     Refused: a folder; a missing folder; one of `inputs` (the tool's own input files); a file of a model folder
-    (`MODEL_FILE_PATTERNS` in a folder `model_folder_kind` recognises), even with `force`; an existing file without
-    `force`, unless it carries `tool`'s mark (a picture the same tool drew before); a folder that takes no file.
+    (`MODEL_FILE_PATTERNS` in a folder `model_folder_kind` recognises), or an existing result of the run beside the
+    model (`RUN_FILE_PATTERNS`: its training curve, *_results.json, predictions, model card), even with `force`;
+    an existing file without `force`, unless it carries `tool`'s mark (a picture the same tool drew before); a
+    folder that takes no file.
     The message starts after the flag and path, e.g. 'already exists (add --force to replace it)'."""
     import fnmatch
 
@@ -273,6 +278,9 @@ def output_problem(path: str, inputs=(), force: bool = False, tool: str | None =
     if kind and any(fnmatch.fnmatch(name, pattern) for pattern in MODEL_FILE_PATTERNS):
         return (f"is a file of {kind} ({os.path.dirname(path) or '.'}): writing it would break that folder; "
                 "choose another file")
+    if kind == "a model" and os.path.exists(target) and any(fnmatch.fnmatch(name, p) for p in RUN_FILE_PATTERNS):
+        return (f"is one of the training run's results in {os.path.dirname(path) or '.'}: writing it would replace "
+                "what the run made, even with --force; choose another file")
     if os.path.exists(target) and not force and not _made_by(target, tool):
         return "already exists (add --force to replace it)"
     return unwritable_reason(target)

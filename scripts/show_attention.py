@@ -81,7 +81,9 @@ def _check_output(parser, flag: str, path: str | None, force: bool = False) -> N
 
 def main(argv=None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
-    parser = HfArgumentParser(ShowAttentionArguments)
+    from scratch_transformer.paths import one_line_errors
+
+    parser = one_line_errors(HfArgumentParser(ShowAttentionArguments))  # a refusal is one line, as translate.py's
     args, sentences = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     unknown = [s for s in sentences if s.startswith("--")]
     if unknown:
@@ -126,6 +128,12 @@ def main(argv=None) -> dict:
         model, tokenizer = load_model(args.model, revision=args.revision, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError, RuntimeError, ImportError) as error:
         parser.error(f"--model {args.model}: cannot load it: {error}")
+    from scratch_transformer.tokenization import tokenizer_fit_problem
+
+    problem = tokenizer_fit_problem(model.config, tokenizer)  # a vocabulary resized below it, as translate.py says
+    if problem:
+        parser.error(f"--model {args.model}: {problem}; resize the model to the tokenizer "
+                     f"(model.resize_token_embeddings({len(tokenizer)})) or save the tokenizer it was trained with")
     config = model.config
     depth = min(config.encoder_layers if kind == "encoder" else config.decoder_layers for kind in kinds)
     for flag, chosen, count in (("layers", layers, depth),

@@ -740,6 +740,19 @@ def _translate_cases():
                                             ("is a file of a model",), "", ""),
         "output_file-an-export's-config": (["--output_file", "{tmp}/ct2/config.json", "--force", "true", "Ein Hund."],
                                            ("is a file of a CTranslate2 export",), "", ""),
+        # tried again after issue 56: --force replaced the run's own results beside its model
+        "output_file-the-run's-predictions-forced": (
+            ["--output_file", "{tmp}/m/generated_predictions.txt", "--force", "true", "Ein Hund."],
+            ("--output_file {tmp}/m/generated_predictions.txt: is one of the training run's results in {tmp}/m",), "",
+            ""),
+        "output_file-the-run's-results-forced": (["--output_file", "{tmp}/m/all_results.json", "--force", "true",
+                                                  "Ein Hund."],
+                                                 ("is one of the training run's results",), "", ""),
+        "output_file-the-run's-model-card-forced": (["--output_file", "{tmp}/m/README.md", "--force", "true",
+                                                     "Ein Hund."],
+                                                    ("is one of the training run's results",), "", ""),
+        "ok-output_file-a-new-name-in-the-model-folder": (["--output_file", "{tmp}/m/mine.txt", "Ein Hund."], (), "",
+                                                          ""),
         "output_file-exists": (["--output_file", "{tmp}/earlier.txt", "Ein Hund."],
                                ("--output_file {tmp}/earlier.txt: already exists (add --force",), "", ""),
         "ok-output_file-exists-forced": (["--output_file", "{tmp}/earlier.txt", "--force", "true", "Ein Hund."], (),
@@ -827,7 +840,8 @@ def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_mod
 @pytest.mark.parametrize("data, names", [
     ("Grüße aus Köln.\n".encode("latin-1"), "stdin: not UTF-8 text (byte 2"),
     ("Ein Hund.\n".encode("utf-16"), "stdin: UTF-16 text, not UTF-8; convert it: iconv -f utf-16 -t utf-8 in the pipe"),
-    (gzip.compress(b"Ein Hund.\n"), "stdin: gzip-compressed, not text; decompress it first (add gunzip -c to the pipe)"),
+    (gzip.compress(b"Ein Hund.\n"),
+     "stdin: gzip-compressed, not text; decompress it first (add gunzip -c to the pipe)"),
 ], ids=["latin1", "utf16", "gzip"])
 def test_translate_names_what_stdin_is_when_it_is_not_utf8(data, names, tiny_model_dir, monkeypatch, capsys):
     """Tried again after issue 56: stdin was decoded with surrogate escapes and hashed as UTF-8, a traceback
@@ -858,6 +872,8 @@ def write_issue_56_inputs(tmp_path, tiny_model_dir, setup=""):
     (tmp_path / "de.txt").write_text("Ein Hund.\nZwei Männer.\n", encoding="utf-8")
     (tmp_path / "earlier.txt").write_text("my earlier translation\n", encoding="utf-8")
     shutil.copytree(tiny_model_dir, tmp_path / "m")
+    for name in ("generated_predictions.txt", "all_results.json", "README.md"):  # the run's results beside it
+        (tmp_path / "m" / name).write_text(f"the run's own {name}\n", encoding="utf-8")
     (tmp_path / "ct2").mkdir()
     (tmp_path / "ct2" / "config.json").write_text("{}")
     (tmp_path / "ct2" / "model.bin").write_bytes(b"\0" * 16)
@@ -1016,13 +1032,20 @@ def test_a_push_that_fails_after_training_keeps_the_run_and_the_same_command_pus
 SHOW_ATTENTION_CASES = {
     # name: (argv after --model and the sentence, names the refusal must give (empty: must succeed))
     "output-onto-the-run's-training-curve": (["--output", "{tmp}/m/training_curve.png"],
-                                             ("--output {tmp}/m/training_curve.png: already exists (add --force",)),
+                                             ("--output {tmp}/m/training_curve.png: is one of the training run's "
+                                              "results",)),
     "output-onto-another-picture": (["--output", "{tmp}/mine.png"], ("--output {tmp}/mine.png: already exists",)),
     "pe-onto-another-picture": (["--output", "{tmp}/a.png", "--positional_encoding_output", "{tmp}/mine.png"],
                                 ("--positional_encoding_output {tmp}/mine.png: already exists",)),
     "output-and-masks-the-same-file": (["--output", "{tmp}/a.png", "--masks_output", "{tmp}/a.png"],
                                        ("--masks_output {tmp}/a.png: the same file as --output",)),
     "ok-output-onto-another-picture-forced": (["--output", "{tmp}/mine.png", "--force", "true"], ()),
+    # tried again after issue 56: --force replaced the run's curve; so did a picture of its own named so
+    "output-onto-the-run's-training-curve-forced": (["--output", "{tmp}/m/training_curve.png", "--force", "true"],
+                                                    ("--output {tmp}/m/training_curve.png: is one of the training "
+                                                     "run's results in {tmp}/m",)),
+    "masks-onto-the-run's-curve-it-drew": (["--masks_output", "{tmp}/m2/training_curve.png"],
+                                           ("--masks_output {tmp}/m2/training_curve.png: is one of the training",)),
     "ok-output-onto-its-own-picture": (["--output", "{tmp}/drawn.png"], ()),
 }
 
@@ -1037,6 +1060,8 @@ def test_show_attention_writes_only_its_own_pictures(args, names, tiny_model_dir
     (tmp_path / "m" / "training_curve.png").write_bytes(b"\x89PNG the run's own curve")
     (tmp_path / "mine.png").write_bytes(b"\x89PNG my picture")
     show_attention.main(["--model", str(tiny_model_dir), "Ein Hund.", "--output", str(tmp_path / "drawn.png")])
+    shutil.copytree(tiny_model_dir, tmp_path / "m2")  # a run's curve that carries show_attention's own mark
+    shutil.copy(tmp_path / "drawn.png", tmp_path / "m2" / "training_curve.png")
     capsys.readouterr()
     paths = {"tmp": str(tmp_path)}
     before = snapshot(tmp_path)
@@ -1052,6 +1077,20 @@ def test_show_attention_writes_only_its_own_pictures(args, names, tiny_model_dir
     assert Path(written["output"]).read_bytes()[:4] == b"\x89PNG"
     assert b"scratch_transformer show_attention" in Path(written["output"]).read_bytes()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_show_attention_refuses_a_model_resized_below_its_tokenizer(tiny_model_dir, tmp_path, capsys):
+    """Tried again after issue 56: translate.py refused it by name, show_attention.py ended in a traceback
+    (ValueError: token ids must be in [0, vocab_size=20)); now the same one line, and no picture."""
+    show_attention = load_script("show_attention")
+    write_issue_56_inputs(tmp_path, tiny_model_dir, "model:{tmp}/resized")
+    with pytest.raises(SystemExit) as ended:
+        show_attention.main(["--model", str(tmp_path / "resized"), "Ein Hund läuft.", "--output",
+                             str(tmp_path / "a.png")])
+    message = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bars of loading
+    assert ended.value.code == 2 and ": error: --model" in message, message
+    assert f"--model {tmp_path / 'resized'}: the tokenizer has" in message and "vocabulary 20" in message, message
+    assert not (tmp_path / "a.png").exists()
 
 
 def test_demo_write_space_refuses_a_local_model_path(tiny_model_dir, tmp_path, capsys):

@@ -386,25 +386,45 @@ def is_disk_full(error: BaseException) -> bool:
     return False
 
 
+_SCRIPT = {"running": False}  # set by run_main: the process ends after a Ctrl-C
+
+
+def ignore_further_interrupts() -> None:
+    """After a first Ctrl-C in a script run by `run_main`, let further ones go unheard while what is finished is
+    saved and the one line printed: a second Ctrl-C then neither cuts that saving short nor prints a traceback from
+    an exit handler. The process is ending anyway (SIGTERM and SIGKILL still end it). Does nothing outside
+    `run_main` (a script's main() called from Python keeps its Ctrl-C) or outside the main thread."""
+    import signal
+    import threading
+
+    if _SCRIPT["running"] and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run_main(main, prog: str, kept=None):
-    """Run a script's `main()`; Ctrl-C (KeyboardInterrupt) or a full disk ends with one line on stderr, no
-    traceback: '<prog>: interrupted; <kept>' (exit 130) or '<prog>: error: no space left on device; <kept>'
-    (exit 1), where `kept()` (called then) says what was kept and how to resume. Other errors pass."""
+    """Run a script's `main()`; Ctrl-C (KeyboardInterrupt; a second one is not heard: `ignore_further_interrupts`)
+    or a full disk ends with one line on stderr, no traceback: '<prog>: interrupted; <kept>' (exit 130) or
+    '<prog>: error: no space left on device; <kept>' (exit 1), where `kept()` (called then) says what was kept and
+    how to resume. Other errors pass."""
     import sys
 
     def say(line: str, code: int):
         sys.stderr.write(line + "\n")
         raise SystemExit(code)
 
+    _SCRIPT["running"] = True
     try:
         return main()
     except KeyboardInterrupt:
+        ignore_further_interrupts()
         say(f"{prog}: interrupted; {kept() if kept else 'nothing was written'}", 130)
     except Exception as error:
         if not is_disk_full(error):
             raise
         say(f"{prog}: error: no space left on device ({_short(error)}); "
             f"{kept() if kept else 'nothing was written'}", 1)
+    finally:
+        _SCRIPT["running"] = False
 
 
 def _short(error: BaseException) -> str:

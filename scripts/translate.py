@@ -64,10 +64,11 @@ def kept() -> str:
     if not output:
         return "nothing was written (translations go to stdout at the end; with --output_file the finished ones " \
                "are kept and the same command goes on from them)"
+    state = "is unchanged" if PROGRESS.get("existed", True) else "was not written"
     if partial:
-        return (f"{output} is unchanged; {PROGRESS['finished']} of {PROGRESS['total']} translations kept in "
+        return (f"{output} {state}; {PROGRESS['finished']} of {PROGRESS['total']} translations kept in "
                 f"{partial}: the same command translates the rest")
-    return f"{output} is unchanged and nothing else was written; the same command starts again"
+    return f"{output} {state} and nothing else was written; the same command starts again"
 
 
 def _partial_record(path: str, key: dict, force: bool) -> dict:
@@ -250,10 +251,10 @@ def _translate_all(args, model, tokenizer, sentences, translate) -> list[str]:
     full disk (OUTPUT itself is written whole at the end, or not at all) and the same command goes on from them."""
     import hashlib
 
-    from scratch_transformer.paths import atomic_write, is_disk_full
+    from scratch_transformer.paths import atomic_write, ignore_further_interrupts, is_disk_full
 
     output = args.output_file
-    PROGRESS.update(output_file=output)
+    PROGRESS.update(output_file=output, existed=bool(output) and os.path.exists(output))
     partial = f"{output}.partial.json" if output else None
     key = {"model": os.path.abspath(args.model) if os.path.isdir(args.model) else args.model,
            "input": hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest(), "lines": len(sentences),
@@ -278,6 +279,8 @@ def _translate_all(args, model, tokenizer, sentences, translate) -> list[str]:
         else:
             sys.stdout.write(text)
     except BaseException as error:
+        if isinstance(error, KeyboardInterrupt):
+            ignore_further_interrupts()  # a second Ctrl-C must not cut the saving of the finished ones short
         if output and (isinstance(error, KeyboardInterrupt) or is_disk_full(error)):
             finished.update((todo[i], text) for i, text in done.items())
             _keep_partial(partial, key, finished, len(sentences))

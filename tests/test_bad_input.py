@@ -1151,6 +1151,58 @@ def test_translate_ctrl_c_keeps_the_finished_translations_and_the_same_command_g
     assert not (tmp_path / "en.txt.partial.json").exists()
 
 
+@pytest.fixture
+def sigint_restored():
+    """The test process's Ctrl-C handler as it was before the test (run_main ignores a second Ctrl-C)."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, handler)
+
+
+def test_translate_ctrl_c_twice_still_keeps_the_finished_translations(tiny_model_dir, tmp_path, monkeypatch, capsys,
+                                                                      sigint_restored):
+    """Tried again after issue 56: a second Ctrl-C while the finished translations were being saved cut the saving
+    short (they were lost), or landed in an exit handler (a traceback after the one line). Now, after the first,
+    Ctrl-C is not heard: a real SIGINT sent during the saving changes nothing, nor could one while the line is
+    made."""
+    import signal
+
+    import scratch_transformer.inference as inference
+    import scratch_transformer.paths as paths
+
+    real, real_write = inference.translate, paths.write_text
+    source, output = tmp_path / "de.txt", tmp_path / "en.txt"
+    source.write_text("".join(f"Ein Hund {i}.\n" for i in range(4)), encoding="utf-8")
+    argv = ["--model", str(tiny_model_dir), "--input_file", str(source), "--output_file", str(output),
+            "--batch_size", "1"]
+
+    def interrupted(model, tokenizer, sentences, done=None, **kwargs):
+        finished = {}
+        real(model, tokenizer, sentences[:2], done=finished, **kwargs)
+        done.update(finished)
+        raise KeyboardInterrupt
+
+    def second_ctrl_c_while_saving(path, text):
+        os.kill(os.getpid(), signal.SIGINT)
+        real_write(path, text)
+
+    def kept():
+        heard.append(signal.getsignal(signal.SIGINT) is not signal.SIG_IGN)  # a third, while the line is made?
+        return translate_script.kept()
+
+    heard = []
+    monkeypatch.setattr(inference, "translate", interrupted)
+    monkeypatch.setattr(paths, "write_text", second_ctrl_c_while_saving)
+    translate_script.PROGRESS.clear()
+    code, line = _one_line(lambda: paths.run_main(lambda: translate_script.main(argv), "translate.py", kept), capsys)
+    assert code == 130 and heard == [False], (line, heard)
+    assert line.endswith(f"{output} was not written; 2 of 4 translations kept in {output}.partial.json: the same "
+                         "command translates the rest"), line  # not "is unchanged": there was no earlier file
+    assert len(json.loads((tmp_path / "en.txt.partial.json").read_text(encoding="utf-8"))["translations"]) == 2
+
+
 def test_translate_on_a_full_disk_leaves_the_earlier_output_whole(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """The write fails with ENOSPC (a full disk, simulated): one line, no traceback, the earlier file whole, no
     partial or temporary file."""

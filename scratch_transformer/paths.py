@@ -264,6 +264,8 @@ def output_problem(path: str, inputs=(), force: bool = False, tool: str | None =
     folder = os.path.dirname(target)
     if os.path.isdir(target):
         return "a folder, not a file"
+    if is_stream(target):  # a pipe or /dev/stdout: written into, nothing replaced
+        return None if os.access(target, os.W_OK) else "cannot write there (permission denied)"
     if not os.path.isdir(folder):
         return f"its folder does not exist ({os.path.dirname(path) or '.'})"
     if os.path.exists(target):
@@ -300,11 +302,25 @@ def same_outputs(paths: dict) -> str | None:
     return None
 
 
+def is_stream(path: str) -> bool:
+    """True for an existing path that is neither a regular file nor a folder: a pipe (mkfifo, a shell's
+    `>(gzip > x.gz)` or `<(cmd)`: /dev/fd/N), /dev/stdout, /dev/null. It holds no earlier file to keep: written
+    into as it is, never replaced by a rename."""
+    import stat
+
+    try:
+        mode = os.stat(os.path.expanduser(path)).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
 class atomic_write:
     """`with atomic_write(path) as handle:` writes a temporary file beside `path` (same folder, so the rename is
     atomic), flushed to disk and renamed over `path` when the block ends without an error; on an error, a full
     disk or Ctrl-C the temporary file is removed and an earlier `path` is left whole. mode "w" (text, UTF-8) or
-    "wb"; a new file gets the usual permissions (0666 less the umask), a replaced one keeps its own."""
+    "wb"; a new file gets the usual permissions (0666 less the umask), a replaced one keeps its own. A stream
+    (`is_stream`: a pipe, /dev/stdout) is written into directly."""
 
     def __init__(self, path: str, mode: str = "w"):
         self.path, self.mode = path, mode
@@ -312,6 +328,10 @@ class atomic_write:
     def __enter__(self):
         import tempfile
 
+        if is_stream(self.path):
+            self.temporary = None
+            self.handle = open(self.path, self.mode, **({} if "b" in self.mode else {"encoding": "utf-8"}))
+            return self.handle
         folder = os.path.dirname(os.path.abspath(self.path))
         descriptor, self.temporary = tempfile.mkstemp(prefix=f".{os.path.basename(self.path)}.", suffix=".tmp",
                                                       dir=folder)
@@ -324,6 +344,9 @@ class atomic_write:
         return self.handle
 
     def __exit__(self, kind, error, traceback):
+        if self.temporary is None:  # a stream: nothing to rename
+            self.handle.close()
+            return False
         try:
             if kind is None:
                 self.handle.flush()

@@ -186,7 +186,7 @@ def main(argv=None) -> list[str]:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.threads < 0:
         parser.error(f"--threads must be >= 0 (0: all cores), got {args.threads}")
-    if args.input_file and not os.path.isfile(args.input_file):
+    if args.input_file and (not os.path.exists(args.input_file) or os.path.isdir(args.input_file)):  # a pipe is read
         what = "a folder, not a file" if os.path.isdir(args.input_file) else "no such file"
         parser.error(f"--input_file {args.input_file}: {what}")
     if args.output_file:
@@ -255,12 +255,14 @@ def _translate_all(args, model, tokenizer, sentences, translate) -> list[str]:
 
     output = args.output_file
     PROGRESS.update(output_file=output, existed=bool(output) and os.path.exists(output))
-    partial = f"{output}.partial.json" if output else None
+    from scratch_transformer.paths import is_stream
+
+    partial = f"{output}.partial.json" if output and not is_stream(output) else None  # not /dev/stdout.partial.json
     key = {"model": os.path.abspath(args.model) if os.path.isdir(args.model) else args.model,
            "input": hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest(), "lines": len(sentences),
            **{name: getattr(args, name) for name in ("engine", "num_beams", "max_new_tokens", "max_source_length",
                                                      "revision", "compute_type")}}
-    finished = _partial_record(partial, key, args.force) if output else {}
+    finished = _partial_record(partial, key, args.force) if partial else {}
     if finished:
         PROGRESS.update(partial=partial, finished=len(finished), total=len(sentences))
         print(f"going on from {partial}: {len(finished)} of {len(sentences)} translations kept", file=sys.stderr)
@@ -281,7 +283,7 @@ def _translate_all(args, model, tokenizer, sentences, translate) -> list[str]:
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt):
             ignore_further_interrupts()  # a second Ctrl-C must not cut the saving of the finished ones short
-        if output and (isinstance(error, KeyboardInterrupt) or is_disk_full(error)):
+        if partial and (isinstance(error, KeyboardInterrupt) or is_disk_full(error)):
             finished.update((todo[i], text) for i, text in done.items())
             _keep_partial(partial, key, finished, len(sentences))
         raise

@@ -1151,6 +1151,30 @@ def test_translate_ctrl_c_keeps_the_finished_translations_and_the_same_command_g
     assert not (tmp_path / "en.txt.partial.json").exists()
 
 
+def test_translate_reads_and_writes_pipes(tiny_model_dir, tmp_path):
+    """Tried again after issue 56: --input_file <(cmd) or /dev/stdin was refused as 'no such file', and
+    --output_file >(gzip > x.gz) or a FIFO as 'cannot write there: Not a directory' (with --force; without it,
+    'already exists'). A pipe is now read, and written into as it is (no temporary file beside /dev/fd/N, no
+    partial record beside it)."""
+    import threading
+
+    source, target = tmp_path / "in.fifo", tmp_path / "out.fifo"
+    os.mkfifo(source)
+    os.mkfifo(target)
+    received = []
+    writer = threading.Thread(target=lambda: source.write_text("Ein Hund.\nZwei Männer.\n", encoding="utf-8"),
+                              daemon=True)
+    reader = threading.Thread(target=lambda: received.append(target.read_text(encoding="utf-8")), daemon=True)
+    writer.start()
+    reader.start()
+    result = translate_script.main(["--model", str(tiny_model_dir), "--input_file", str(source), "--output_file",
+                                    str(target), "--num_beams", "1"])
+    writer.join(10)
+    reader.join(10)
+    assert len(result) == 2 and received == ["".join(line + "\n" for line in result)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fifo", "out.fifo"]  # nothing else written
+
+
 @pytest.fixture
 def sigint_restored():
     """The test process's Ctrl-C handler as it was before the test (run_main ignores a second Ctrl-C)."""

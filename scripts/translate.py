@@ -68,6 +68,10 @@ def kept() -> str:
     if partial:
         return (f"{output} {state}; {PROGRESS['finished']} of {PROGRESS['total']} translations kept in "
                 f"{partial}: the same command translates the rest")
+    if PROGRESS.get("unsaved"):  # finished, but the record of them could not be written (a full disk)
+        return (f"{output} {state}; the {PROGRESS['unsaved']} finished translations could not be kept in "
+                f"{output}.partial.json ({PROGRESS['unsaved_reason']}): free space, then the same command starts "
+                "again")
     return f"{output} {state} and nothing else was written; the same command starts again"
 
 
@@ -104,7 +108,8 @@ def _keep_partial(path: str, key: dict, finished: dict, total: int) -> None:
     try:
         write_text(path, json.dumps({"key": key, "translations": {str(i): t for i, t in sorted(finished.items())}},
                                     ensure_ascii=False))
-    except OSError:  # a full disk: the earlier partial file, if any, is whole
+    except OSError as error:  # a full disk: the earlier partial file, if any, is whole
+        PROGRESS.update(unsaved=len(finished), unsaved_reason=error.strerror or str(error))
         return
     PROGRESS.update(partial=path, finished=len(finished), total=total)
 

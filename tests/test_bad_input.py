@@ -1251,6 +1251,40 @@ def test_translate_on_a_full_disk_leaves_the_earlier_output_whole(tiny_model_dir
     assert output.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == ["en.txt"]
 
 
+def test_translate_ctrl_c_on_a_full_disk_says_the_finished_ones_were_not_kept(tiny_model_dir, tmp_path, monkeypatch,
+                                                                              capsys):
+    """Tried again after issue 56: Ctrl-C with the disk full, the record of the finished translations cannot be
+    written; the line said 'nothing else was written', as if none had been finished. Now it says they could not
+    be kept, and why."""
+    import errno
+
+    import scratch_transformer.inference as inference
+    from scratch_transformer import paths
+
+    real = inference.translate
+    output = tmp_path / "en.txt"
+
+    def interrupted(model, tokenizer, sentences, done=None, **kwargs):
+        finished = {}
+        real(model, tokenizer, sentences[:2], done=finished, **kwargs)
+        done.update(finished)
+        raise KeyboardInterrupt
+
+    def full(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(inference, "translate", interrupted)
+    monkeypatch.setattr(paths.os, "fsync", full)
+    argv = ["--model", str(tiny_model_dir), "--output_file", str(output), "Ein Hund.", "Zwei Männer.", "Ein Kind."]
+    translate_script.PROGRESS.clear()
+    code, line = _one_line(lambda: paths.run_main(lambda: translate_script.main(argv), "translate.py",
+                                                  translate_script.kept), capsys)
+    assert code == 130 and line == (f"translate.py: interrupted; {output} was not written; the 2 finished "
+                                    f"translations could not be kept in {output}.partial.json (No space left on "
+                                    "device): free space, then the same command starts again"), line
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("failure", ["ctrl-c", "full-disk"])
 def test_training_interrupted_says_what_was_kept_and_resumes_quietly(failure, tmp_path, monkeypatch, capsys):
     """Ctrl-C at the third step, or torch's 'unexpected pos' from a full disk at the second save: one line naming

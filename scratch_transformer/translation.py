@@ -183,9 +183,12 @@ def _build_model(model_args, tokenizer):
             raise ValueError(f"--model_name_or_path {model_args.model_name_or_path}: its model.safetensors cannot "
                              f"be read ({error})") from None
         _check_tokenizer_fits(model_args, model, tokenizer)
-        if model.config.vocab_size < len(tokenizer):
-            raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
-                             f"{model.config.vocab_size}")
+        if model.config.vocab_size < len(tokenizer):  # e.g. a vocabulary resized below the tokenizer saved with it
+            raise ValueError(f"--model_name_or_path {model_args.model_name_or_path}: the tokenizer has "
+                             f"{len(tokenizer)} tokens but the model's vocabulary {model.config.vocab_size} "
+                             f"(vocab_size): ids from {model.config.vocab_size} on have no embedding; resize the "
+                             f"model to the tokenizer (model.resize_token_embeddings({len(tokenizer)})) or save "
+                             "the tokenizer it was trained with")
         return model
     config_class, config_values = _load_config_class_and_values(model_args)
     config_values.update(_parse_overrides(model_args.config_overrides, config_class))

@@ -440,6 +440,11 @@ def _catalogue(rng):
             (rng.choice(FORMS), None, None), {"model_name_or_path": "{model}", "tokenizer_name": "{tmp}/other",
                                               "config_overrides": None, "vocab_size": None},
             ("does not fit --model_name_or_path {model}: the tokenizer has",), setup="larger_tokenizer"),
+        # tried again after issue 56: fine-tuning a model resized below its own tokenizer named neither
+        "model_name_or_path-resized-below-its-tokenizer": Case(
+            (rng.choice(FORMS), None, None), {"model_name_or_path": "{tmp}/resized", "config_overrides": None,
+                                              "vocab_size": None},
+            ("--model_name_or_path {tmp}/resized: the tokenizer has",), setup="resized_model"),
         "eval-only-into-a-run-names-what-it-replaces": Case(
             (rng.choice(FORMS), None, None), {"do_train": False, "model_name_or_path": "{tmp}/run",
                                               "config_overrides": None, "vocab_size": None},
@@ -532,6 +537,17 @@ def prepare(case, tmp_path, monkeypatch, request):
 
         monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no_token"))
         monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no_tokens"))
+    elif case.setup == "resized_model":  # a model resized below the tokenizer saved with it
+        import warnings
+
+        from transformers import AutoModelForSeq2SeqLM
+
+        shutil.copytree(request.getfixturevalue("tiny_model_dir"), tmp_path / "resized")
+        model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "resized")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.resize_token_embeddings(20)
+        model.save_pretrained(tmp_path / "resized")
     elif case.setup in ("other_tokenizer", "larger_tokenizer"):  # a model, and a tokenizer that does not fit it
         from conftest import TINY_SENTENCES
 

@@ -42,7 +42,7 @@ def main(argv=None) -> str:
     parser = one_line_errors(HfArgumentParser(ExportArguments))
     (args,) = parser.parse_args_into_dataclasses(args=sys.argv[1:] if argv is None else argv)
     from scratch_transformer.ctranslate2_engine import check_export_target
-    from scratch_transformer.paths import split_lines
+    from scratch_transformer.paths import read_lines
 
     parent = os.path.dirname(os.path.abspath(os.path.expanduser(args.output_dir)))
     if not os.path.isdir(parent):  # refused before the model is loaded, naming the missing folder
@@ -57,11 +57,10 @@ def main(argv=None) -> str:
         parser.error(f"--{error}")
     sentences = None
     if args.check_file:
-        try:
-            with open(args.check_file, encoding="utf-8-sig", newline="") as handle:
-                sentences = [line.strip() for line in split_lines(handle.read()) if line.strip()]
-        except UnicodeDecodeError as error:
-            parser.error(f"--check_file {args.check_file}: not UTF-8 text (byte {error.start})")
+        try:  # translate.py's reader: gzip, UTF-16 or latin-1 named as what it is, with the command that converts it
+            sentences = [line.strip() for line in read_lines(args.check_file) if line.strip()]
+        except ValueError as error:
+            parser.error(f"--check_file {error}")
         except OSError as error:
             parser.error(f"--check_file {args.check_file}: cannot read it ({error.strerror or error})")
         if not sentences:

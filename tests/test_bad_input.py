@@ -967,6 +967,12 @@ EXPORT_CASES = {
                            ("--check_file {tmp}/none.de",), ""),
     "check_file-latin1": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--check_file", "{tmp}/latin1.de"],
                           ("--check_file {tmp}/latin1.de: not UTF-8",), ""),
+    # tried again after issue 56: the export's --check_file said 'not UTF-8 text (byte 0)' where translate.py
+    # names the file as what it is
+    "check_file-utf16": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--check_file", "{tmp}/utf16.de"],
+                         ("--check_file {tmp}/utf16.de: UTF-16 text, not UTF-8; convert it: iconv -f utf-16",), ""),
+    "check_file-gzip": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--check_file", "{tmp}/check.de.gz"],
+                        ("--check_file {tmp}/check.de.gz: gzip-compressed",), ""),
     "check_file-empty": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--check_file", "{tmp}/empty.de"],
                          ("--check_file {tmp}/empty.de: no sentences",), ""),
     "quantization-bogus": (["--model", "{model}", "--output_dir", "{tmp}/ct2", "--quantization", "int3"],
@@ -993,6 +999,8 @@ def test_export_script_refuses_bad_input_by_name_and_deletes_nothing(args, names
     weights = tmp_path / "corrupt" / "model.safetensors"
     weights.write_bytes((100).to_bytes(8, "little") + b"{" * 100 + weights.read_bytes()[108:])
     (tmp_path / "latin1.de").write_bytes("Grüße aus Köln.\n".encode("latin-1"))
+    (tmp_path / "utf16.de").write_bytes("Grüße aus Köln.\n".encode("utf-16"))
+    (tmp_path / "check.de.gz").write_bytes(gzip.compress("Ein Hund.\n".encode("utf-8")))
     (tmp_path / "empty.de").write_text("\n\n")
     (tmp_path / "check.de").write_text("Ein Hund.\nZwei Männer spielen.\n", encoding="utf-8")
     if setup.startswith("export"):

@@ -260,8 +260,10 @@ def output_problem(path: str, inputs=(), force: bool = False, tool: str | None =
     The message starts after the flag and path, e.g. 'already exists (add --force to replace it)'."""
     import fnmatch
 
-    target = os.path.abspath(os.path.expanduser(path))
+    given = os.path.expanduser(path)
+    target = os.path.realpath(given)  # through a symbolic link, the file written is the one it points to
     folder = os.path.dirname(target)
+    where = os.path.dirname(target) if os.path.islink(given) else (os.path.dirname(path) or ".")
     if os.path.isdir(target):
         return "a folder, not a file"
     if is_stream(target):  # a pipe or /dev/stdout: written into, nothing replaced
@@ -278,10 +280,10 @@ def output_problem(path: str, inputs=(), force: bool = False, tool: str | None =
     kind = model_folder_kind(folder)
     name = os.path.basename(target)
     if kind and any(fnmatch.fnmatch(name, pattern) for pattern in MODEL_FILE_PATTERNS):
-        return (f"is a file of {kind} ({os.path.dirname(path) or '.'}): writing it would break that folder; "
+        return (f"is a file of {kind} ({where}): writing it would break that folder; "
                 "choose another file")
     if kind == "a model" and os.path.exists(target) and any(fnmatch.fnmatch(name, p) for p in RUN_FILE_PATTERNS):
-        return (f"is one of the training run's results in {os.path.dirname(path) or '.'}: writing it would replace "
+        return (f"is one of the training run's results in {where}: writing it would replace "
                 "what the run made, even with --force; choose another file")
     if os.path.exists(target) and not force and not _made_by(target, tool):
         return "already exists (add --force to replace it)"
@@ -320,10 +322,13 @@ class atomic_write:
     atomic), flushed to disk and renamed over `path` when the block ends without an error; on an error, a full
     disk or Ctrl-C the temporary file is removed and an earlier `path` is left whole. mode "w" (text, UTF-8) or
     "wb"; a new file gets the usual permissions (0666 less the umask), a replaced one keeps its own. A stream
-    (`is_stream`: a pipe, /dev/stdout) is written into directly."""
+    (`is_stream`: a pipe, /dev/stdout) is written into directly; through a symbolic link, its target is replaced
+    and the link kept."""
 
     def __init__(self, path: str, mode: str = "w"):
-        self.path, self.mode = path, mode
+        # a symbolic link stays a link: the file it points to is replaced (/dev/stdout redirected to a file, a link
+        # into another folder), as `output_problem` checked it
+        self.path, self.mode = os.path.realpath(os.path.expanduser(path)), mode
 
     def __enter__(self):
         import tempfile

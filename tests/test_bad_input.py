@@ -1199,6 +1199,31 @@ def test_translate_reads_and_writes_pipes(tiny_model_dir, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.fifo", "out.fifo"]  # nothing else written
 
 
+def test_translate_writes_through_a_symbolic_link_and_keeps_the_link(tiny_model_dir, tmp_path, capsys):
+    """Tried again after issue 56: --output_file LINK --force replaced the link itself with a file (the temporary
+    file was made beside the link and renamed over it; for /dev/stdout redirected to a file, as root, inside /dev),
+    and a link to a model's config.json was not seen as a model's file. Now the file the link points to is
+    checked and written (atomically, beside it), and the link kept."""
+    write_issue_56_inputs(tmp_path, tiny_model_dir)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "en.txt").write_text("earlier\n", encoding="utf-8")
+    (tmp_path / "en.txt").symlink_to(elsewhere / "en.txt")
+    (tmp_path / "config-link.json").symlink_to(tmp_path / "m" / "config.json")
+    config = (tmp_path / "m" / "config.json").read_bytes()
+    with pytest.raises(SystemExit):
+        translate_script.main(["--model", str(tiny_model_dir), "--output_file", str(tmp_path / "config-link.json"),
+                               "--force", "true", "Ein Hund."])
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"config-link.json: is a file of a model ({tmp_path / 'm'})" in message, message
+    assert (tmp_path / "m" / "config.json").read_bytes() == config and (tmp_path / "config-link.json").is_symlink()
+    result = translate_script.main(["--model", str(tiny_model_dir), "--output_file", str(tmp_path / "en.txt"),
+                                    "--force", "true", "--num_beams", "1", "Ein Hund.", "Zwei Männer."])
+    assert (tmp_path / "en.txt").is_symlink() and os.readlink(tmp_path / "en.txt") == str(elsewhere / "en.txt")
+    assert (elsewhere / "en.txt").read_text(encoding="utf-8") == "".join(line + "\n" for line in result)
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["en.txt"]
+
+
 @pytest.fixture
 def sigint_restored():
     """The test process's Ctrl-C handler as it was before the test (run_main ignores a second Ctrl-C)."""

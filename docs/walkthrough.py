@@ -19,8 +19,8 @@
 # here: why the dot products are divided by √d_k, why several heads, why positions must be added and why as
 # sinusoids, what shift-right and teacher forcing are, what the KV cache saves, what label smoothing does. Then
 # it trains a small German→English translator on a made-up language whose word alignment we know, decodes by
-# hand, and looks at where its attention goes. The default run takes about a minute on two CPU cores and
-# prints its own time at the end.
+# hand, and looks at where its attention goes. It is a short run on a CPU, and prints its own time at the
+# end.
 #
 # Run it as a notebook (`pip install jupytext notebook`, then `jupytext --to notebook docs/walkthrough.py`
 # and open `docs/walkthrough.ipynb`), or as a plain script (`python docs/walkthrough.py`). The test suite

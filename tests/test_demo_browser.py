@@ -218,3 +218,39 @@ def test_demo_refuses_bad_arguments(tiny_model_dir, tmp_path, monkeypatch, capsy
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
 
+
+
+def test_split_sentences():
+    assert demo.split_sentences("Ein Hund läuft. Zwei Männer spielen Fußball! Eine Frau liest?  Ein Kind.") == [
+        "Ein Hund läuft.", "Zwei Männer spielen Fußball!", "Eine Frau liest?", "Ein Kind."]
+    assert demo.split_sentences("Der Turm ist 3.5 m hoch. dann") == ["Der Turm ist 3.5 m hoch. dann"]
+
+
+def test_attention_figure_and_candidates(tiny_model_dir):
+    """The heatmap the page shows holds the model's weights (one head, or the mean over heads) for each of the three
+    kinds, with the tokens as labels; the candidates are the beam's, best first, with the model's log-probability."""
+    pytest.importorskip("plotly", reason='the demo needs plotly (pip install ".[demo]")')
+    import torch
+
+    from scratch_transformer.attention_maps import load_model, sentence_attention
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    maps = sentence_attention(model, tokenizer, "Zwei Männer spielen Fußball.", num_beams=1)
+    for label, kind in demo.KINDS.items():
+        weights = getattr(maps, kind)
+        mean = demo.attention_figure(maps, kind, "1", demo.MEAN_HEADS)
+        assert torch.allclose(torch.tensor(mean.data[0].z), weights[0].mean(0), atol=1e-6)
+        head = demo.attention_figure(maps, kind, "1", "2")
+        assert torch.allclose(torch.tensor(head.data[0].z), weights[0, 1], atol=1e-6)
+        assert "weight %{z:.3f}" in head.data[0].hovertemplate
+    cross = demo.attention_figure(maps, "cross", "1", "1")
+    assert list(cross.layout.yaxis.ticktext) == [t.replace("<", "&lt;").replace(">", "&gt;") for t in maps.output_tokens]
+    assert cross.layout.title.text == "Encoder-decoder attention, layer 1, head 1"
+    rows = demo.translation_candidates(model, tokenizer, "Zwei Männer spielen Fußball.", {"num_beams": 3,
+                                                                                          "length_penalty": 1.0})
+    assert [row[0] for row in rows] == [1, 2, 3]
+    assert [row[4] for row in rows] == sorted((row[4] for row in rows), reverse=True)  # ranked by beam score
+    assert all(row[2] <= 0 and row[3] <= 0 for row in rows)  # log-probabilities, summed and per token
+    greedy = demo.translation_candidates(model, tokenizer, "Zwei Männer spielen Fußball.", {"num_beams": 1,
+                                                                                            "early_stopping": False})
+    assert len(greedy) == 1 and greedy[0][1] == maps.translation and greedy[0][4] is None

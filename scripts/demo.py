@@ -201,11 +201,11 @@ def build_demo(model, tokenizer, title: str = "scratch_transformer: German → E
             with gr.Column():
                 target = gr.Textbox(label="English", interactive=False, elem_id="target")
                 timing = gr.Textbox(label="time", interactive=False, elem_id="timing")
-                candidates = gr.Dataframe(
-                    headers=["rank", "translation", "log-probability", "per token", "beam score"],
-                    label="the beam's best translations (log-probability: the model's, summed over the tokens; "
-                          "beam score: that sum / length ** length penalty, what beam search ranks by)",
-                    interactive=False, wrap=True, elem_id="candidates")
+        candidates = gr.Dataframe(
+            headers=["rank", "translation", "log-probability", "per token", "beam score"],
+            label="the beam's best translations (log-probability: the model's, summed over the tokens; beam score: "
+                  "that sum / length ** length penalty, what beam search ranks by)",
+            interactive=False, wrap=True, column_widths=["6%", "58%", "13%", "10%", "13%"], elem_id="candidates")
         with gr.Row():
             sentence = gr.Dropdown([], label="sentence", visible=False, elem_id="sentence")
             kind = gr.Radio(kinds, value=kinds[0], label="attention", elem_id="kind")

@@ -559,8 +559,8 @@ show(figure, "label_smoothing")
 # estimates of them are not yet reliable either): full-size steps at the start can wreck it. The main job
 # (configs/multi30k_de_en.json) uses another common shape: a linear warm-up over a third of its 25-minute
 # budget, then a linear decay to zero at the end of the budget, which suits a run whose length is fixed in
-# advance. Both are drawn below at their own scale; the main job's step count is read from
-# benchmarks/results/quality.json. The translator of part 10 uses the paper's shape.
+# advance (it is laid on the clock; drawn here against steps, as if every step took the same time). Both are
+# drawn below at their own scale; the main job's step count is read from benchmarks/results/quality.json. The translator of part 10 uses the paper's shape.
 
 # %%
 def paper_rate(step, d_model=512, warmup=4000):

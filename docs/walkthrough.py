@@ -70,6 +70,7 @@ WALL_START = time.perf_counter()
 torch.manual_seed(0)
 torch.set_num_threads(1)  # models this small run fastest on one thread (more only synchronise)
 transformers_logging.set_verbosity_error()  # quiet: the numbers below are what this walk-through prints
+transformers_logging.disable_progress_bar()
 warnings.filterwarnings("ignore", category=UserWarning)
 REPO = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "pyproject.toml").is_file())
 OUT = Path(os.environ.get("WALKTHROUGH_OUTPUT") or REPO / "docs" / "walkthrough_pictures")

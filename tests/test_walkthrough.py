@@ -1,11 +1,14 @@
 """docs/walkthrough.py runs as a notebook (jupytext reads it, nbclient executes it on a Jupyter kernel), so the
-walk-through cannot rot: every shape check, the copy task's 200/200 and the Multi30k model's attention hold."""
+walk-through cannot rot: every shape check and every "why" it argues with a number holds (the notebook asserts
+them; this test reads the numbers back from its output), and its default path ends with a translation and an
+alignment the text points at."""
 
 import os
+import re
 import sys
 
 import pytest
-from conftest import MULTI30K, REPO_ROOT
+from conftest import REPO_ROOT
 
 WALKTHROUGH = REPO_ROOT / "docs" / "walkthrough.py"
 
@@ -17,7 +20,7 @@ def test_walkthrough_runs_as_a_notebook(tmp_path):
     notebook = jupytext.read(WALKTHROUGH)
     assert notebook.metadata["kernelspec"]["name"] == "python3"
     pictures = tmp_path / "pictures"
-    environment = {"WALKTHROUGH_OUTPUT": str(pictures), "MULTI30K": str(MULTI30K), "WALKTHROUGH_MODEL": "train",
+    environment = {"WALKTHROUGH_OUTPUT": str(pictures), "WALKTHROUGH_MODEL": "none",
                    "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     saved = {name: os.environ.get(name) for name in environment}
     os.environ.update(environment)  # the kernel inherits this process's environment
@@ -37,11 +40,48 @@ def test_walkthrough_runs_as_a_notebook(tmp_path):
     text = "".join(output.get("text", "") for output in outputs if output.get("output_type") == "stream")
     assert "copied 200/200 unseen sequences exactly" in text
     assert "multi-head attention: the package's module and the paper's formula agree" in text
+
+    def number(pattern):
+        match = re.search(pattern, text)
+        assert match, f"the walk-through no longer prints {pattern!r}"
+        return [float(group) for group in match.groups()]
+
+    # why sqrt(d_k): q.k of unit-variance vectors has variance d_k = 64, scaled back to 1; the softmax saturates
+    raw_variance, raw_peak, raw_gradient = number(r"q·k\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+    scaled_variance, scaled_peak, scaled_gradient = number(r"q·k / √d_k\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+    assert abs(raw_variance - 64) < 3 and abs(scaled_variance - 1) < 0.05
+    assert raw_peak > 0.85 > 0.6 > scaled_peak and scaled_gradient > 3 * raw_gradient
+    # why positions: self-attention without them is permutation-equivariant; with them it is not
+    assert number(r"no positions:.*= ([\d.e+-]+)")[0] < 1e-5 and number(r"with positions:.*= ([\d.]+)")[0] > 0.1
+    # why sinusoids: PE(pos + k) = M_k PE(pos), the matrix printed
+    assert "M_3 for d_model = 4" in text and number(r"max \|M_3 PE\(pos\) - PE\(pos \+ 3\)\|.*: ([\d.e+-]+)")[0] < 1e-4
+    # why heads: one head averages A (+1) and B (-1) away, two keep both
+    assert "-> output [0. 0. 0. 0. 0. 0. 0. 0.]" in text and "-> output [ 1.  1.  1.  1. -1. -1. -1. -1.]" in text
+    # the model's own masks: additive 0 / float32 minimum
+    assert "values the model adds to the decoder's scores: [-3.4028234663852886e+38, 0.0]" in text
+    # label smoothing: the target's entropy is the loss's floor; the translator's loss sits on it, its confidence ~0.9
+    entropy, = number(r"target for label 3 of 10: .* entropy ([\d.]+) nats")
+    assert abs(entropy - 0.5) < 0.01 and number(r"prediction = target: ([\d.]+) nats")[0] == entropy
+    final_loss, floor = number(r"loss of the last 50 steps ([\d.]+) nats, the least .*: ([\d.]+)")
+    assert abs(final_loss - floor) < 0.05
+    smoothed, unsmoothed = number(r"translator \(ε = 0.1\) ([\d.]+), copier \(ε = 0\) ([\d.]+)")
+    assert 0.85 < smoothed < 0.95 < 0.97 < unsmoothed
+    # decoding by hand, with and without the cache, equals generate()
+    by_hand = re.search(r"by hand: (\[.*\])", text).group(1)
+    assert f"cached:  {by_hand}" in text and f"generate(): {by_hand}" in text
+    without_cache, with_cache = number(r"decoder positions computed: (\d+) without the cache, (\d+) with it")
+    assert without_cache == with_cache * (with_cache + 1) / 2
+    # the default path ends with a translation and the alignment the text points at
+    assert "Im Schnee spielen zwei Hunde. -> Two dogs play in the snow." in text
+    assert "'▁dogs': '▁Hunde.'" in text and "'▁play': '▁spielen'" in text
+    assert number(r"by layer: \{1: [\d.]+, 2: ([\d.]+)\}")[0] > 0.8
+    assert re.search(r"walk-through done in \d+ s", text)
+    assert text.count("\n") < 200  # quiet: no training framework's logs
     images = [output for output in outputs if "image/png" in output.get("data", {})]
-    assert len(images) >= 6  # the figures are shown in the notebook, not only saved
+    assert len(images) >= 7  # the figures are shown in the notebook, not only saved
     assert {path.name for path in pictures.glob("*.png")} == {
-        "positional_encoding.png", "masks.png", "copy_learning_rate.png", "copy_cross_attention.png",
-        "multi30k_attention.png", "multi30k_learning_rate.png"}
+        "positional_encoding.png", "masks.png", "copy_cross_attention.png", "label_smoothing.png",
+        "learning_rate_schedules.png", "translation_alignment.png", "translation_attention.png"}
 
 
 def _kernel_manager_for(python):

@@ -19,6 +19,8 @@ Notation in shape comments:
     d d_model, h heads, k head dim (d / h), f d_ff, v vocabulary size, n any sequence length.
 """
 
+import functools
+import inspect
 import math
 import os
 import shutil
@@ -26,11 +28,8 @@ import shutil
 import torch
 import torch.nn.functional as F
 from torch import nn
+import transformers
 from transformers import GenerationMixin, PreTrainedModel
-from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
-from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
@@ -38,7 +37,17 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils.deprecation import deprecate_kwarg
+
+try:  # what transformers 4.56 brought: the per-layer cache, masking_utils, GradientCheckpointingLayer
+    from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+    from transformers.masking_utils import create_causal_mask
+    from transformers.modeling_layers import GradientCheckpointingLayer
+    from transformers.utils.deprecation import deprecate_kwarg
+
+    DynamicCache(config=None).layers
+except (ImportError, AttributeError, TypeError):
+    raise ImportError(f"scratch_transformer's model code needs transformers >= 4.56 (found {transformers.__version__}):"
+                      " pip install -U 'transformers>=4.56'") from None
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .kernels_scratch_transformer import (  # the same results as layer(x), F.dropout, F.cross_entropy, faster on CPU
@@ -48,6 +57,71 @@ from .kernels_scratch_transformer import (  # the same results as layer(x), F.dr
     dropout_values,
     linear,
 )
+
+# -------- The transformers this file meets: 5.x, and 4.56 / 4.57
+# This file travels with the weights and runs on whatever transformers the user has. Where 4.x lacks what 5 has,
+# the fallback is chosen by looking for the feature, never by the version string; tests/test_remote_code.py loads
+# a saved model with 4.57 (this package not importable) and checks that generate() gives 5's ids. Before 4.56 (no
+# per-layer cache, masking_utils) it cannot work: the imports above then say so in one line.
+try:
+    from transformers import initialization as init  # 5: init functions that leave loaded weights alone
+except ImportError:  # 4.x: torch's own (4.x itself skips the loaded weights)
+    from torch.nn import init
+
+# The cache's name, in generate()'s calls of forward and in the output classes: `cache` in 5, `past_key_values` in
+# 4.x. forward takes `cache`; the other name is read as it too, with a deprecation warning only where it is not
+# the installed transformers' own (4.x's generate() passes past_key_values at every step).
+CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+if CACHE_FIELD == "cache":
+    reads_past_key_values = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+else:
+
+    def reads_past_key_values(forward):
+        @functools.wraps(forward)
+        def wrapper(*args, **kwargs):
+            if "past_key_values" in kwargs:
+                kwargs["cache"] = kwargs.pop("past_key_values")
+            return forward(*args, **kwargs)
+
+        return wrapper
+
+
+def cache_field(cache: Cache | None) -> dict:
+    """{name: cache} for an output class, under the installed transformers' name for it (CACHE_FIELD)."""
+    return {CACHE_FIELD: cache}
+
+
+if "cache" not in inspect.signature(create_causal_mask).parameters:  # 4.x: (input_embeds, cache_position, past_key_values)
+    _create_causal_mask_v4 = create_causal_mask
+
+    def create_causal_mask(config, inputs_embeds, attention_mask, cache=None):
+        """4.x's create_causal_mask called with 5's arguments: the new tokens' positions follow the cache's."""
+        past = cache.get_seq_length() if cache is not None else 0
+        cache_position = torch.arange(inputs_embeds.size(1), device=inputs_embeds.device) + past
+        return _create_causal_mask_v4(config=config, input_embeds=inputs_embeds, attention_mask=attention_mask,
+                                      cache_position=cache_position, past_key_values=cache)
+
+
+try:
+    from transformers.masking_utils import create_bidirectional_mask
+except ImportError:  # 4.x: built from 4.x's mask interface, in the form 5 builds it
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    def create_bidirectional_mask(config, inputs_embeds, attention_mask, encoder_hidden_states=None):
+        """Queries inputs_embeds (b, t, d) may attend every key but padding: attention_mask (b, s) 1 = token.
+        None when nothing is padded (as 5's); a prepared 4-D mask is returned as it is."""
+        if attention_mask is None or attention_mask.dim() == 4:
+            return attention_mask
+        attention_mask = attention_mask.to(device=inputs_embeds.device, dtype=torch.bool)
+        if not torch.compiler.is_compiling() and bool(attention_mask.all()):
+            return None
+        return ALL_MASK_ATTENTION_FUNCTIONS[config._attn_implementation](
+            batch_size=attention_mask.size(0), kv_length=attention_mask.size(1),
+            cache_position=torch.arange(inputs_embeds.size(1), device=inputs_embeds.device),
+            mask_function=lambda batch, head, query, key: key >= 0, attention_mask=attention_mask,
+            allow_is_causal_skip=False, dtype=inputs_embeds.dtype, config=config,
+        )
+
 
 # ======== 3.1 Model Architecture (overview) ========================================================
 # An encoder maps source tokens (b, s) to representations (b, s, d); a decoder, given those and the target
@@ -504,7 +578,7 @@ class ScratchTransformerDecoder(ScratchTransformerStack):
         layers = [ScratchTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
         super().__init__(config, embed_tokens, layers)
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the v4 name, as in transformers' models
+    @reads_past_key_values  # the v4 name, as in transformers' models
     def forward(
         self, input_ids: torch.LongTensor | None = None, encoder_hidden_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
@@ -558,7 +632,7 @@ class ScratchTransformerDecoder(ScratchTransformerStack):
         if output_hidden_states:
             all_hidden.append(hidden_states)
         output = BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, cache=cache if use_cache else None,
+            last_hidden_state=hidden_states, **cache_field(cache if use_cache else None),
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(all_self) if output_attentions else None,
             cross_attentions=tuple(all_cross) if output_attentions else None,
@@ -641,7 +715,17 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
         elif isinstance(module, ScratchTransformerPositionalEncoding):
-            init.copy_(module.table, sinusoidal_position_encoding(module.max_positions, self.config.d_model))
+            table = sinusoidal_position_encoding(module.max_positions, self.config.d_model)
+            if hasattr(init, "copy_"):
+                init.copy_(module.table, table)
+            else:  # transformers 4.x: torch.nn.init has no copy_
+                with torch.no_grad():
+                    module.table.copy_(table)
+
+    if not hasattr(PreTrainedModel, "get_encoder"):  # transformers 4.x: generate() asks the model for its encoder
+
+        def get_encoder(self) -> nn.Module:
+            return self.base_model.encoder
 
     @classmethod
     def _can_set_attn_implementation(cls) -> bool:
@@ -707,7 +791,7 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
             self.shared = value
             self.decoder.embed.embed_tokens = value
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the v4 name, as in transformers' models
+    @reads_past_key_values  # the v4 name, as in transformers' models
     def forward(
         self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
@@ -761,7 +845,7 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
             **kwargs,
         )
         output = Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state, cache=decoder_outputs.cache,
+            last_hidden_state=decoder_outputs.last_hidden_state, **cache_field(getattr(decoder_outputs, CACHE_FIELD)),
             decoder_hidden_states=decoder_outputs.hidden_states, decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
@@ -792,7 +876,13 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
     def set_output_embeddings(self, value: nn.Linear):
         self.lm_head = value
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the v4 name, as in transformers' models
+    def _tie_weights(self):
+        """Called by transformers 4.x's tie_weights only (5 ties by _tied_weights_keys): 4.x has just tied the output
+        projection to get_input_embeddings(), the encoder's table; the decoder's is the one to tie (paper 3.4)."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.decoder.embed.embed_tokens.weight
+
+    @reads_past_key_values  # the v4 name, as in transformers' models
     def forward(
         self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
@@ -850,7 +940,8 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
         logits = linear(self.lm_head, hidden_states)  # (b, t, d) -> (b, t, v); softmax is generate()'s
         loss = cross_entropy_loss(logits, labels, num_items_in_batch, label_smoothing) if labels is not None else None
         output = Seq2SeqLMOutput(
-            loss=loss, logits=logits, cache=outputs.cache, decoder_hidden_states=outputs.decoder_hidden_states,
+            loss=loss, logits=logits, **cache_field(getattr(outputs, CACHE_FIELD)),
+            decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions, cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states, encoder_attentions=outputs.encoder_attentions,

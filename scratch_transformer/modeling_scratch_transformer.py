@@ -91,6 +91,20 @@ def cache_field(cache: Cache | None) -> dict:
     return {CACHE_FIELD: cache}
 
 
+if "cache_kwargs" in inspect.signature(DynamicCache.update).parameters:  # 4.x: a static cache writes new keys at
+    # cache_kwargs["cache_position"] (at 0 without it); 5's layers count their own length
+
+    def update_cache(cache: Cache, key: torch.Tensor, value: torch.Tensor, layer_idx: int):
+        positions = torch.arange(key.size(2), device=key.device) + cache.get_seq_length(layer_idx)
+        return cache.update(key, value, layer_idx, {"cache_position": positions})
+
+else:
+
+    def update_cache(cache: Cache, key: torch.Tensor, value: torch.Tensor, layer_idx: int):
+        """cache.update: appends key, value (b, h, n, k) to layer layer_idx; returns all its keys and values."""
+        return cache.update(key, value, layer_idx)
+
+
 if "cache" not in inspect.signature(create_causal_mask).parameters:  # 4.x: (input_embeds, cache_position, past_key_values)
     _create_causal_mask_v4 = create_causal_mask
 
@@ -336,7 +350,7 @@ class ScratchTransformerAttention(nn.Module):
             value = self._split_heads(linear(self.v_proj, source))
             if cache is not None:
                 sub_cache = cache.cross_attention_cache if is_cross else cache.self_attention_cache
-                key, value = sub_cache.update(key, value, self.layer_idx)  # self: (b, h, p + t, k); static: max len
+                key, value = update_cache(sub_cache, key, value, self.layer_idx)  # (b, h, p + t, k); static: max len
                 if is_cross:
                     cache.is_updated[self.layer_idx] = True
 

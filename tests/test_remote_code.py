@@ -4,8 +4,8 @@ A model folder is saved here as the main job saves it (transformers 5: Translati
 weights, config with auto_map, the configuration/modeling/kernels/pipeline files and the tokenizer), then loaded
 in a fresh interpreter whose transformers is 4.57 (its own site-packages folder, installed once by pip --target
 into .compat/, which git ignores) and where this package cannot be imported: AutoTokenizer and
-AutoModelForSeq2SeqLM with trust_remote_code=True, then generate() (greedy and beam) and the pipeline must give
-the very ids and texts that transformers 5 gives in this process.
+AutoModelForSeq2SeqLM with trust_remote_code=True, then generate() (greedy, beam, greedy with a static cache; sdpa
+and eager attention) and the pipeline must give the very ids and texts that transformers 5 gives.
 
 SCRATCH_TRANSFORMER_V4=4.56.2 python -m pytest tests/test_remote_code.py runs it on another 4.x release.
 """
@@ -62,6 +62,34 @@ def transformers_v4_site() -> Path:
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
+
+
+def torch_alone(folder: Path) -> Path:
+    """A folder of links to torch and the distributions it requires (by its metadata), nothing else of this
+    environment: the other packages here (transformers 5's huggingface_hub, accelerate, kernels, ...) must not be
+    found by transformers 4."""
+    from importlib.metadata import distribution, requires
+
+    from packaging.requirements import Requirement
+
+    names, todo = set(), ["torch"]
+    while todo:
+        name = todo.pop()
+        if name not in names:
+            names.add(name)
+            for line in requires(name) or []:
+                requirement = Requirement(line)
+                if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                    todo.append(requirement.name)
+    folder.mkdir()
+    for name in names:
+        dist = distribution(name)
+        for top in {Path(str(file)).parts[0] for file in dist.files or ()}:
+            source = Path(dist.locate_file(top))
+            # modules, packages, and the .dist-info (transformers asks importlib.metadata whether torch is there)
+            if source.suffix in (".py", "", ".dist-info") and top not in ("..", "__pycache__", "bin") and source.exists():
+                (folder / top).symlink_to(source)
+    return folder
 
 
 def train_tiny(model, tokenizer, steps: int = 40):
@@ -144,6 +172,7 @@ for name, folder in folders.items():
                 "logits": logits.tolist(),
                 "greedy": model.generate(**batch).tolist(),
                 "beam": model.generate(**batch, **beams).tolist(),
+                "static_cache": model.generate(**batch, cache_implementation="static").tolist(),
             }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -184,9 +213,8 @@ def test_remote_code_on_transformers_4_gives_the_ids_of_transformers_5(model_fol
     """Essential, so in the default suite (about 20 s here; the first run also installs transformers 4.57 into
     .compat/, about a minute)."""
     site_v4 = transformers_v4_site()
-    torch_site = Path(torch.__file__).resolve().parent.parent  # the venv's site-packages, for torch alone
-    # -S: no site module, so no .pth file runs: the editable install of this package is not on the path
-    v4, v4_stderr = run_loader(model_folders, [site_v4, torch_site], tmp_path, no_site=True)
+    # -S: no site module, so no site-packages and no .pth file: the editable install of this package is not there
+    v4, v4_stderr = run_loader(model_folders, [site_v4, torch_alone(tmp_path / "torch")], tmp_path, no_site=True)
     v5, _ = run_loader(model_folders, [], tmp_path, no_site=False)
 
     assert v4["transformers"] == V4_RELEASE and v5["transformers"].startswith("5.")
@@ -202,6 +230,7 @@ def test_remote_code_on_transformers_4_gives_the_ids_of_transformers_5(model_fol
             torch.testing.assert_close(torch.tensor(a["logits"]), torch.tensor(b["logits"]), rtol=1e-5, atol=1e-5)
             assert a["greedy"] == b["greedy"], (name, implementation)
             assert a["beam"] == b["beam"], (name, implementation)
+            assert a["static_cache"] == b["static_cache"] == b["greedy"], (name, implementation)
         assert old["pipeline"] == new["pipeline"]
         # real translations (of the sentences it was trained on), not one repeated token: a mistake would show
         assert [new["pipeline"][i] for i in (0, 1, 3)] == [PAIRS[0][1], PAIRS[3][1], PAIRS[1][1]], new["pipeline"]

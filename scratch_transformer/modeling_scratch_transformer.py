@@ -38,7 +38,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-try:  # what transformers 4.56 brought: the per-layer cache, masking_utils, GradientCheckpointingLayer
+try:  # what transformers 4.54 has: the per-layer cache (Cache.layers), masking_utils, GradientCheckpointingLayer
     from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
     from transformers.masking_utils import create_causal_mask
     from transformers.modeling_layers import GradientCheckpointingLayer
@@ -46,8 +46,8 @@ try:  # what transformers 4.56 brought: the per-layer cache, masking_utils, Grad
 
     DynamicCache(config=None).layers
 except (ImportError, AttributeError, TypeError):
-    raise ImportError(f"scratch_transformer's model code needs transformers >= 4.56 (found {transformers.__version__}):"
-                      " pip install -U 'transformers>=4.56'") from None
+    raise ImportError(f"scratch_transformer's model code needs transformers >= 4.54 (found {transformers.__version__}):"
+                      " pip install -U 'transformers>=4.54'") from None
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .kernels_scratch_transformer import (  # the same results as layer(x), F.dropout, F.cross_entropy, faster on CPU
@@ -58,11 +58,12 @@ from .kernels_scratch_transformer import (  # the same results as layer(x), F.dr
     linear,
 )
 
-# -------- The transformers this file meets: 5.x, and 4.56 / 4.57
+# -------- The transformers this file meets: 5.x, and 4.x from 4.54
 # This file travels with the weights and runs on whatever transformers the user has. Where 4.x lacks what 5 has,
 # the fallback is chosen by looking for the feature, never by the version string; tests/test_remote_code.py loads
-# a saved model with 4.57 (this package not importable) and checks that generate() gives 5's ids. Before 4.56 (no
-# per-layer cache, masking_utils) it cannot work: the imports above then say so in one line.
+# a saved model with 4.57 (this package not importable) and checks that generate() gives 5's ids (so it does, run
+# by hand, with 4.54.1, 4.55.4 and 4.56.2). Before 4.54 (no per-layer cache) it cannot work: the imports above
+# then say so in one line.
 try:
     from transformers import initialization as init  # 5: init functions that leave loaded weights alone
 except ImportError:  # 4.x: torch's own (4.x itself skips the loaded weights)
@@ -105,7 +106,7 @@ else:
         return cache.update(key, value, layer_idx)
 
 
-if "cache" not in inspect.signature(create_causal_mask).parameters:  # 4.x: (input_embeds, cache_position, past_key_values)
+if "cache" not in inspect.signature(create_causal_mask).parameters:  # 4.x: input_embeds, cache_position, past_kv
     _create_causal_mask_v4 = create_causal_mask
 
     def create_causal_mask(config, inputs_embeds, attention_mask, cache=None):

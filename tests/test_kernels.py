@@ -229,9 +229,9 @@ def test_linear_falls_back_to_f_linear_when_the_private_op_is_missing_raises_or_
         monkeypatch.setattr(kernels, "_ONEDNN_LINEAR_CHECKED", False)
         monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", op)
         calls.clear()
-        with torch.no_grad(), pytest.warns(RuntimeWarning, match=rf"^torch {re.escape(torch.__version__)}: oneDNN's linear op "
-                                           rf"\(torch.ops.mkldnn._linear_pointwise\) {problem}.*; the model's "
-                                           r"projections use F.linear from now on"):
+        message = (rf"^torch {re.escape(torch.__version__)}: oneDNN's linear op \(torch.ops.mkldnn._linear_pointwise\) "
+                   rf"{problem}.*; the model's projections use F.linear from now on")
+        with torch.no_grad(), pytest.warns(RuntimeWarning, match=message):
             y = linear(layer, x)
         assert torch.equal(y, nn.functional.linear(x, layer.weight, layer.bias)) and calls == [1]
         assert kernels._ONEDNN_LINEAR is False

@@ -7,7 +7,8 @@ into .compat/, which git ignores) and where this package cannot be imported: Aut
 AutoModelForSeq2SeqLM with trust_remote_code=True, then generate() (greedy, beam, greedy with a static cache; sdpa
 and eager attention) and the pipeline must give the very ids and texts that transformers 5 gives.
 
-SCRATCH_TRANSFORMER_V4=4.56.2 python -m pytest tests/test_remote_code.py runs it on another 4.x release.
+SCRATCH_TRANSFORMER_V4=4.54.1 python -m pytest tests/test_remote_code.py runs it on another 4.x release (4.54.1,
+4.55.4 and 4.56.2 passed, 2026-12-07; 4.53.3 stops at loading with the model file's one-line ImportError).
 """
 
 import json
@@ -87,7 +88,8 @@ def torch_alone(folder: Path) -> Path:
         for top in {Path(str(file)).parts[0] for file in dist.files or ()}:
             source = Path(dist.locate_file(top))
             # modules, packages, and the .dist-info (transformers asks importlib.metadata whether torch is there)
-            if source.suffix in (".py", "", ".dist-info") and top not in ("..", "__pycache__", "bin") and source.exists():
+            if (source.suffix in (".py", "", ".dist-info") and top not in ("..", "__pycache__", "bin")
+                    and source.exists()):
                 (folder / top).symlink_to(source)
     return folder
 

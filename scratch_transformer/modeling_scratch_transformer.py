@@ -27,8 +27,8 @@ import shutil
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 import transformers
+from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -92,10 +92,12 @@ def cache_field(cache: Cache | None) -> dict:
     return {CACHE_FIELD: cache}
 
 
-if "cache_kwargs" in inspect.signature(DynamicCache.update).parameters:  # 4.x: a static cache writes new keys at
-    # cache_kwargs["cache_position"] (at 0 without it); 5's layers count their own length
+# 4.x's static cache writes new keys where cache_kwargs["cache_position"] says (at 0 without it); 5's cache layers
+# count their own length.
+if "cache_kwargs" in inspect.signature(DynamicCache.update).parameters:
 
     def update_cache(cache: Cache, key: torch.Tensor, value: torch.Tensor, layer_idx: int):
+        """cache.update, with the new keys' positions: right after those the layer holds."""
         positions = torch.arange(key.size(2), device=key.device) + cache.get_seq_length(layer_idx)
         return cache.update(key, value, layer_idx, {"cache_position": positions})
 
@@ -136,6 +138,15 @@ except ImportError:  # 4.x: built from 4.x's mask interface, in the form 5 build
             mask_function=lambda batch, head, query, key: key >= 0, attention_mask=attention_mask,
             allow_is_causal_skip=False, dtype=inputs_embeds.dtype, config=config,
         )
+
+else:
+    if "inputs_embeds" not in inspect.signature(create_bidirectional_mask).parameters:  # early 5.x: input_embeds
+        _create_bidirectional_mask_input_embeds = create_bidirectional_mask
+
+        def create_bidirectional_mask(config, inputs_embeds, attention_mask, encoder_hidden_states=None):
+            return _create_bidirectional_mask_input_embeds(config=config, input_embeds=inputs_embeds,
+                                                           attention_mask=attention_mask,
+                                                           encoder_hidden_states=encoder_hidden_states)
 
 
 # ======== 3.1 Model Architecture (overview) ========================================================

@@ -7,8 +7,9 @@ into .compat/, which git ignores) and where this package cannot be imported: Aut
 AutoModelForSeq2SeqLM with trust_remote_code=True, then generate() (greedy, beam, greedy with a static cache; sdpa
 and eager attention) and the pipeline must give the very ids and texts that transformers 5 gives.
 
-SCRATCH_TRANSFORMER_V4=4.54.1 python -m pytest tests/test_remote_code.py runs it on another 4.x release (4.54.1,
-4.55.4 and 4.56.2 passed, 2026-12-07; 4.53.3 stops at loading with the model file's one-line ImportError).
+SCRATCH_TRANSFORMER_OTHER_TRANSFORMERS=4.54.1 python -m pytest tests/test_remote_code.py loads with another release
+(4.54.1, 4.55.4, 4.56.2 and 5.0.0 passed, 2026-12-07; 4.53.3 stops at loading with the model file's one-line
+ImportError).
 """
 
 import json
@@ -25,7 +26,7 @@ import torch
 from conftest import REPO_ROOT
 from helpers import GUARD_SOURCE, hf_subprocess_env
 
-V4_RELEASE = os.environ.get("SCRATCH_TRANSFORMER_V4", "4.57.6")
+OTHER_RELEASE = os.environ.get("SCRATCH_TRANSFORMER_OTHER_TRANSFORMERS", "4.57.6")  # the release to load with
 COMPAT_DIR = REPO_ROOT / ".compat"  # in .gitignore
 
 PAIRS = [("Ein Hund läuft über die Wiese.", "A dog runs across the meadow."),
@@ -33,32 +34,34 @@ PAIRS = [("Ein Hund läuft über die Wiese.", "A dog runs across the meadow."),
          ("Eine Frau sitzt auf einer Bank.", "A woman sits on a bench."),
          ("Ein Kind spielt.", "A child is playing.")]
 SOURCES = [PAIRS[0][0], PAIRS[3][0], "Eine Frau spielt Fußball.", PAIRS[1][0]]  # padded batch, one unseen sentence
-BEAMS = {"num_beams": 3, "num_return_sequences": 2}
+# lengths given to each call (5.0 read generation_config.max_length as one token more than 4.57 and 5.25 do)
+LENGTH = {"max_new_tokens": 15}
+BEAMS = {"num_beams": 3, "num_return_sequences": 2, **LENGTH}
 # what pip prints when no package registry answers (then the test is skipped, not failed)
 UNREACHABLE = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
                "Network is unreachable", "Failed to establish a new connection", "ConnectTimeout", "ReadTimeout")
 
 
 def transformers_v4_site() -> Path:
-    """A folder holding transformers V4_RELEASE and its dependencies (not torch), made once by pip install --target
+    """A folder holding transformers OTHER_RELEASE and its dependencies (not torch), made once by pip install --target
     and reused (a .complete marker is written last, so an interrupted install is made again)."""
-    target = COMPAT_DIR / f"transformers-{V4_RELEASE}"
+    target = COMPAT_DIR / f"transformers-{OTHER_RELEASE}"
     if (target / ".complete").is_file():
         return target
     COMPAT_DIR.mkdir(exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=COMPAT_DIR, prefix=".staging-"))
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-conflicts",
-         "--retries", "1", "--timeout", "30", "--target", str(staging), f"transformers=={V4_RELEASE}"],
+         "--retries", "1", "--timeout", "30", "--target", str(staging), f"transformers=={OTHER_RELEASE}"],
         capture_output=True, text=True, timeout=900,
     )
     if proc.returncode:
         shutil.rmtree(staging, ignore_errors=True)
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         if any(sign in proc.stderr for sign in UNREACHABLE):
-            pytest.skip(f"transformers {V4_RELEASE} could not be installed: the package registry cannot be reached "
+            pytest.skip(f"transformers {OTHER_RELEASE} could not be installed: the package registry cannot be reached "
                         f"({last})")
-        pytest.fail(f"pip install --target transformers=={V4_RELEASE} failed: {last}")
+        pytest.fail(f"pip install --target transformers=={OTHER_RELEASE} failed: {last}")
     (staging / ".complete").touch()
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
@@ -155,7 +158,7 @@ import torch
 import transformers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
-folders, sources, beams = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+folders, sources, beams, length = (json.loads(argument) for argument in sys.argv[1:5])
 out = {"transformers": transformers.__version__, "torch": torch.__version__,
        "package_findable": importlib.util.find_spec("scratch_transformer") is not None, "models": {}}
 for name, folder in folders.items():
@@ -172,14 +175,14 @@ for name, folder in folders.items():
                 "lm_head_tied_to_decoder": model.lm_head.weight.data_ptr()
                 == model.model.decoder.embed.embed_tokens.weight.data_ptr(),
                 "logits": logits.tolist(),
-                "greedy": model.generate(**batch).tolist(),
+                "greedy": model.generate(**batch, **length).tolist(),
                 "beam": model.generate(**batch, **beams).tolist(),
-                "static_cache": model.generate(**batch, cache_implementation="static").tolist(),
+                "static_cache": model.generate(**batch, cache_implementation="static", **length).tolist(),
             }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         translator = pipeline(model=folder, trust_remote_code=True)
-        result["pipeline"] = [item["translation_text"] for item in translator(sources)]
+        result["pipeline"] = [item["translation_text"] for item in translator(sources, **length)]
     out["models"][name] = result
 print("RESULT " + json.dumps(out))
 '''
@@ -195,7 +198,8 @@ def run_loader(folders: dict, python_path: list, tmp_path: Path, no_site: bool) 
     env = hf_subprocess_env(work / "hf_home", HF_HUB_OFFLINE="1", PYTHONNOUSERSITE="1")
     if python_path:
         env["PYTHONPATH"] = os.pathsep.join(map(str, python_path))
-    args = [json.dumps({k: str(v) for k, v in folders.items()}), json.dumps(SOURCES), json.dumps(BEAMS)]
+    args = [json.dumps({k: str(v) for k, v in folders.items()}), json.dumps(SOURCES), json.dumps(BEAMS),
+            json.dumps(LENGTH)]
     command = [sys.executable, *(["-S"] if no_site else []), str(script), *args]
     proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, encoding="utf-8", timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -219,12 +223,13 @@ def test_remote_code_on_transformers_4_gives_the_ids_of_transformers_5(model_fol
     v4, v4_stderr = run_loader(model_folders, [site_v4, torch_alone(tmp_path / "torch")], tmp_path, no_site=True)
     v5, _ = run_loader(model_folders, [], tmp_path, no_site=False)
 
-    assert v4["transformers"] == V4_RELEASE and v5["transformers"].startswith("5.")
+    assert v4["transformers"] == OTHER_RELEASE and v5["transformers"].startswith("5.")
     assert not v4["package_findable"]
     assert "not initialized" not in v4_stderr and "newly initialized" not in v4_stderr, v4_stderr
     for name in model_folders:
         old, new = v4["models"][name], v5["models"][name]
-        assert old["tokenizer"] == "PreTrainedTokenizerFast" and old["input_ids"] == new["input_ids"]
+        assert old["tokenizer"] == ("PreTrainedTokenizerFast" if OTHER_RELEASE.startswith("4.") else "TokenizersBackend")
+        assert old["input_ids"] == new["input_ids"]
         for implementation in ("sdpa", "eager"):
             a, b = old[implementation], new[implementation]
             assert a["class"].startswith("transformers_modules."), a["class"]  # the folder's code, not the package's

@@ -107,7 +107,7 @@ def load_model(model_name_or_path: str, revision: str | None = None, trust_remot
 def model_problem(name: str) -> str | None:
     """Why `name` cannot be loaded as a model, found without loading it: a local folder that holds no trained model,
     a file, or a local-looking path that does not exist. None for a model folder or a Hub id."""
-    from .paths import looks_like_local_path, model_folder_problem
+    from .paths import looks_like_local_path, missing_model_message, model_folder_problem
 
     folder = os.path.expanduser(name)
     if os.path.isdir(folder):
@@ -115,7 +115,7 @@ def model_problem(name: str) -> str | None:
     if os.path.exists(folder):
         return "a file, not a model folder (give a trained model's folder or a Hub id)"
     if looks_like_local_path(name):
-        return "no such folder (give a trained model's folder or a Hub id)"
+        return missing_model_message(name)  # "no such folder (train it first: ...; or give a Hub id)"
     return None
 
 

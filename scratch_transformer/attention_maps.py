@@ -510,8 +510,11 @@ def plot_positional_encoding(d_model: int = 512, num_positions: int = 100, dimen
         curves.plot(table[:, d].numpy(), label=f"dim {d}: wavelength {positional_wavelength(d, d_model):.0f}")
     curves.set_xlabel("position")
     curves.set_ylim(-1.1, 1.6)
+    last = 2 * ((d_model - 1) // 2)  # the last (sin, cos) pair's first dimension
+    last_dims = f"dims {last}, {last + 1}" if last + 1 < d_model else f"dim {last}"
     curves.set_title("columns far apart: the wavelength grows geometrically with the dimension,\n"
-                     "from 2π (dims 0, 1) to 10000·2π; dims 2i and 2i+1 (sin, cos) share one", fontsize=9)
+                     f"from 2π (dims 0, 1) to 2π·{10000 ** (last / d_model):.0f} ({last_dims}), just under "
+                     "2π·10000;\ndims 2i and 2i+1 (sin, cos) share one wavelength", fontsize=9)
     curves.legend(fontsize=8, loc="upper right", ncols=2)
     return figure
 

@@ -69,7 +69,7 @@ def missing_model_message(name: str) -> str:
     """Why a local-looking model name that does not exist cannot be loaded, after the flag: 'no such folder (train
     it first: <command>; or give a Hub id)', the command from `train_first_hint`."""
     parent = local_parent(name)
-    why = f"; {parent}/ exists here, so this names a folder in it" if parent and parent != OUTPUT_FOLDER else ""
+    why = f"; {parent}/ exists here, so this names a folder in it" if parent else ""
     return f"no such folder (train it first: {train_first_hint(name)}; or give a Hub id{why})"
 
 

@@ -28,8 +28,9 @@
 # beside it.
 #
 # **The pictures** are written to `docs/walkthrough_pictures/`, next to this file (a notebook also shows them
-# inline). Settings (environment variables):
-# - `WALKTHROUGH_OUTPUT`: another folder for the pictures.
+# inline), and the small translator it trains to `docs/walkthrough_pictures/model/`, ready for
+# `python scripts/demo.py --model docs/walkthrough_pictures/model`. Settings (environment variables):
+# - `WALKTHROUGH_OUTPUT`: another folder for the pictures and the translator.
 # - `WALKTHROUGH_MODEL`: a trained model folder or Hub id to look inside at the end (default:
 #   `outputs/multi30k_de_en`, which the main job writes, when it is there; `none` skips that part).
 #
@@ -118,8 +119,8 @@ b, s, t, d, h = 2, 7, 5, config.d_model, config.num_heads
 # > "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))"
 #
 # The table is fixed, not learned. Dimensions 2i and 2i+1 are a sine and a cosine of the *same* wavelength,
-# 2π·10000^(2i/d_model): the pairs' wavelengths grow geometrically, from 2π for dimensions 0 and 1 to almost
-# 10000·2π for the last pair. So the first dimensions tell neighbouring positions apart, the last ones hardly
+# 2π·10000^(2i/d_model): the pairs' wavelengths grow geometrically, from 2π for dimensions 0 and 1 to just
+# under 2π·10000 for the last pair (2π·10000^((d-2)/d): 2π·8660 at the width drawn, d = 128). So the first dimensions tell neighbouring positions apart, the last ones hardly
 # change over a sentence: in the picture, the left of the heatmap flickers and the right is flat, and the four
 # curves (dimensions far apart) each have their own wavelength, written in the legend.
 
@@ -316,8 +317,9 @@ assert torch.allclose(two_heads, torch.tensor([[1.0] * 4 + [-1.0] * 4]), atol=0.
 # mask once and every layer receives it. The numbers the model adds to the scores are 0 (may attend) or the
 # most negative float32 (≈ −3.4e38, the paper's −∞, finite so that a fully masked row gives no NaN); the
 # picture draws them as yellow (may attend) and dark (masked). The first sentence is the shorter one: its
-# padded source columns are dark in all three masks, and its decoder mask is the causal triangle with the
-# padded target columns dark too.
+# padded source columns are dark in the two masks that have source columns, the encoder's self-attention and
+# the encoder-decoder (cross) attention; the decoder's self-attention has target columns only, and for it the
+# mask is the causal triangle with the padded target columns dark too.
 
 # %%
 from scratch_transformer.tokenization import train_tokenizer
@@ -431,7 +433,10 @@ print("logits", tuple(out.logits.shape), "- every shape as the paper's figure 1 
 #
 # The smallest test that the whole machine works: copy a random sequence of symbols. Adam with the paper's
 # β₂ = 0.98 and ε = 10⁻⁹ (5.3), a warmup then a linear decay of the learning rate (part 9 draws the paper's
-# schedule beside the main job's), no label smoothing, and greedy `generate()` on sequences it never saw.
+# schedule beside the main job's), no label smoothing, and greedy `generate()` on sequences it never saw: every
+# training sequence is kept in a set, and the test sequences are drawn afresh with those left out. (Short ones
+# are few, 10³ of length 3, so the training batches hold most of them; a fresh draw that merely looks new would
+# often be one the model was trained on.)
 
 # %%
 PAD, BOS, EOS, SYMBOLS = 0, 1, 2, 10
@@ -441,12 +446,14 @@ copy_config._attn_implementation = "eager"
 generator = torch.Generator().manual_seed(0)
 
 
-def copy_batch(size, shortest=3, longest=8):
-    """Random sequences of symbols 3.., then EOS, right-padded: ids and attention mask (size, n)."""
-    lengths = torch.randint(shortest, longest + 1, (size,), generator=generator)
+def copy_batch(size, shortest=3, longest=8, rng=None):
+    """Random sequences of symbols 3.., then EOS, right-padded: ids and attention mask (size, n). rng: a
+    torch.Generator (default: this part's own)."""
+    rng = rng or generator
+    lengths = torch.randint(shortest, longest + 1, (size,), generator=rng)
     ids = torch.full((size, longest + 1), PAD)
     for row, length in enumerate(lengths.tolist()):
-        ids[row, :length] = torch.randint(3, 3 + SYMBOLS, (length,), generator=generator)
+        ids[row, :length] = torch.randint(3, 3 + SYMBOLS, (length,), generator=rng)
         ids[row, length] = EOS
     return ids, (ids != PAD).long()
 
@@ -458,9 +465,11 @@ optimizer = torch.optim.Adam(copier.parameters(), lr=3e-3, betas=(0.9, 0.98), ep
 schedule = torch.optim.lr_scheduler.LambdaLR(
     optimizer, lambda step: min((step + 1) / warmup, max(0.0, (steps - step) / (steps - warmup))))
 start = time.perf_counter()
+copy_training = set()  # every sequence trained on, as a tuple of symbols
 copier.train()
 for step in range(steps):
     ids, mask = copy_batch(32)
+    copy_training.update(tuple(row[: row.index(EOS)]) for row in ids.tolist())
     loss = copier(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(ids == PAD, -100)).loss
     optimizer.zero_grad()
     loss.backward()
@@ -470,14 +479,21 @@ for step in range(steps):
         print(f"step {step:4d}  loss {loss.item():.4f}")
 
 copier.eval()
-ids, mask = copy_batch(200)
+ids, mask = copy_batch(400)
+unseen = torch.tensor([tuple(row[: row.index(EOS)]) not in copy_training for row in ids.tolist()])
+ids, mask = ids[unseen][:200], mask[unseen][:200]  # 200 sequences not among the training ones
+copy_test = [tuple(row[: row.index(EOS)]) for row in ids.tolist()]
+assert len(copy_test) == 200 and not set(copy_test) & copy_training
+print(f"{len(copy_training)} distinct training sequences; of 400 fresh draws {int((~unseen).sum())} were among them "
+      f"and are left out; the test takes 200 of the {int(unseen.sum())} others")
 with torch.no_grad():
     copies = copier.generate(input_ids=ids, attention_mask=mask, num_beams=1, max_new_tokens=ids.size(1))
 correct = 0
 for source_row, copy_row in zip(ids.tolist(), copies[:, 1:].tolist()):  # drop the decoder start token
     wanted = source_row[: source_row.index(EOS)]
     correct += copy_row[: copy_row.index(EOS)] == wanted if EOS in copy_row else False
-print(f"copied {correct}/200 unseen sequences exactly in {time.perf_counter() - start:.0f} s")
+print(f"copied {correct}/200 unseen sequences exactly (none in the training set) in "
+      f"{time.perf_counter() - start:.0f} s")
 assert correct == 200
 
 # %% [markdown]
@@ -556,8 +572,9 @@ show(figure, "label_smoothing")
 # [...] increasing the learning rate linearly for the first warmup_steps training steps, and decreasing it
 # thereafter proportionally to the inverse square root of the step number. We used warmup_steps = 4000."
 #
-# The warm-up matters because a post-LN Transformer's early gradients are large and badly scaled (Adam's
-# estimates of them are not yet reliable either): full-size steps at the start can wreck it. The main job
+# Why warm up: a post-LN Transformer's early gradients are large and badly scaled, and Adam's estimates of them
+# are not yet reliable: full-size steps at the start can throw it into a place it does not leave. Measured below
+# on part 8's copy model, below the schedules. The main job
 # (configs/multi30k_de_en.json) uses another common shape: a linear warm-up over a third of its 25-minute
 # budget, then a linear decay to zero at the end of the budget, which suits a run whose length is fixed in
 # advance (it is laid on the clock; drawn here against steps, as if every step took the same time). Both are
@@ -597,6 +614,40 @@ for ax in (left, right):
     ax.set_ylabel("learning rate")
     ax.grid(alpha=0.3)
 show(figure, "learning_rate_schedules")
+
+# %% [markdown]
+# **Does the warm-up matter? A small measurement.** Part 8's copy model twice, from the same initial weights on the
+# same batches, 150 steps at a peak rate of 10⁻² (above part 8's 3·10⁻³, where this small model copes without it):
+# once at the full rate from the first step, once after a linear warm-up over 30 steps. A model that guesses
+# uniformly among the 13 ids has a loss of ln 13 = 2.56 nats. One small model and one seed: it shows the direction,
+# not how large the effect is for the base model.
+
+# %%
+def copy_loss_after(warmup_steps, steps=150, peak=1e-2, seed=0):
+    """Mean loss (nats) of the last 20 of `steps` steps training part 8's copy model at a constant `peak` rate,
+    reached by a linear warm-up over `warmup_steps` steps (0: from the first step)."""
+    torch.manual_seed(seed)
+    model_ = ScratchTransformerForConditionalGeneration(copy_config)
+    rng_ = torch.Generator().manual_seed(seed)
+    optimizer_ = torch.optim.Adam(model_.parameters(), lr=peak, betas=(0.9, 0.98), eps=1e-9)
+    schedule_ = torch.optim.lr_scheduler.LambdaLR(optimizer_, lambda step: min(1.0, (step + 1) / warmup_steps)
+                                                  if warmup_steps else 1.0)
+    losses_ = []
+    for _ in range(steps):
+        ids_, mask_ = copy_batch(32, rng=rng_)
+        loss_ = model_(input_ids=ids_, attention_mask=mask_, labels=ids_.masked_fill(ids_ == PAD, -100)).loss
+        optimizer_.zero_grad()
+        loss_.backward()
+        optimizer_.step()
+        schedule_.step()
+        losses_.append(loss_.item())
+    return sum(losses_[-20:]) / 20
+
+
+no_warmup_loss, warmup_loss = copy_loss_after(0), copy_loss_after(30)
+print(f"copy model, 150 steps at 1e-2: loss of the last 20 steps {no_warmup_loss:.2f} nats without warm-up, "
+      f"{warmup_loss:.2f} with 30 steps of warm-up (uniform guessing: {math.log(3 + SYMBOLS):.2f})")
+assert no_warmup_loss > warmup_loss + 0.5
 
 # %% [markdown]
 # ## 10. A translator whose alignment we know
@@ -759,8 +810,10 @@ assert positions_without_cache == positions_with_cache * (positions_with_cache +
 # row of "dogs" lights up the column of "Hunde." at the *end* of the German sentence, "Two" looks at "zwei",
 # "play" at "spielen": the attention follows the words, not the positions. The function words "in" and "the"
 # have no German word of their own here ("im" holds both) and look less sharply. How often that holds is
-# measured on 100 new sentences: for each English word, is the German word with the most weight its
-# translation?
+# measured on 100 sentences that are *not* in the training set: fresh draws from the same lexicon, each checked
+# against the 20000 training pairs (which hold about 11000 distinct sentences, so a fresh draw is often one of
+# them) and skipped if it is there. For each English content word of each sentence translated exactly: is the
+# German word with the most weight its translation?
 
 # %%
 maps = attention_maps.sentence_attention(translator, tokenizer, sentence, num_beams=1, max_new_tokens=20)
@@ -776,14 +829,28 @@ show(attention_maps.plot_attention_matrix(last_layer, maps.output_tokens, maps.s
 
 
 # %%
-def word_alignment_agreement(layer, count=100, seed=1):
+training_set = set(pairs)
+rng_ = random.Random(1)
+held_out_sentences, skipped = [], 0
+while len(held_out_sentences) < 100:  # fresh draws, those in the training set left out
+    german, english, alignment, _ = sentence_pair(rng_)
+    if (german, english) in training_set:
+        skipped += 1
+    elif all(german != other[0] for other in held_out_sentences):
+        held_out_sentences.append((german, english, alignment))
+assert not {(german, english) for german, english, _ in held_out_sentences} & training_set
+held_out_results = [attention_maps.sentence_attention(translator, tokenizer, german, num_beams=1, max_new_tokens=20)
+                    for german, _, _ in held_out_sentences]
+exact = sum(result.translation == english for result, (_, english, _) in zip(held_out_results, held_out_sentences))
+print(f"{len(training_set)} distinct training pairs; {len(held_out_sentences)} test sentences not among them "
+      f"({skipped} fresh draws that were training pairs skipped); translated exactly: {exact}/{len(held_out_sentences)}")
+
+
+def word_alignment_agreement(layer):
     """Share of English content words whose German word (the sum of its tokens' weights, mean over heads) with
-    the most weight is its translation, on `count` new sentences translated correctly."""
-    rng_ = random.Random(seed)
+    the most weight is its translation, over the held-out sentences translated exactly."""
     hits = total = 0
-    for _ in range(count):
-        german, english, alignment, _ = sentence_pair(rng_)
-        result = attention_maps.sentence_attention(translator, tokenizer, german, num_beams=1, max_new_tokens=20)
+    for result, (german, english, alignment) in zip(held_out_results, held_out_sentences):
         if result.translation != english:
             continue
         source_word, index = [], -1  # German word index of each source token ("▁" starts a word)
@@ -812,12 +879,25 @@ assert agreement[translator_config.decoder_layers] > 0.8
 # Every layer and head of all three attentions: encoder self-attention (German to German), decoder
 # self-attention (the causal triangle: nothing above the diagonal) and encoder-decoder attention. Heads differ:
 # some follow the alignment sharply, others spread out or look at `</s>` (a common resting place when a head has
-# nothing to fetch). The same pictures from the command line, for a trained model:
-# `python scripts/show_attention.py --model outputs/multi30k_de_en "Zwei Hunde spielen im Schnee."`;
-# in the browser, with values on hover and all three kinds: `python scripts/demo.py --model outputs/multi30k_de_en`.
+# nothing to fetch).
 
 # %%
 show(attention_maps.plot_sentence_attention(maps), "translation_attention")
+
+# %% [markdown]
+# The translator is saved (model and tokenizer, as `save_pretrained` writes them) into `model/` beside the
+# pictures, `docs/walkthrough_pictures/model`, so the command-line pictures and the browser demo (values on hover,
+# all three kinds) work on it at once; it knows only the made-up German above:
+# `python scripts/show_attention.py --model docs/walkthrough_pictures/model "Im Schnee spielen zwei Hunde."` and
+# `python scripts/demo.py --model docs/walkthrough_pictures/model` (`pip install -e ".[demo]"` first). For real
+# German, the main job's model: `--model outputs/multi30k_de_en`.
+
+# %%
+MODEL_DIR = OUT / "model"
+translator.save_pretrained(MODEL_DIR)
+tokenizer.save_pretrained(MODEL_DIR)
+assert attention_maps.model_problem(str(MODEL_DIR)) is None  # what the demo and show_attention.py check first
+print("the translator is saved in", MODEL_DIR)
 
 # %% [markdown]
 # ## 13. Your trained model

@@ -107,7 +107,7 @@ def load_model(model_name_or_path: str, revision: str | None = None, trust_remot
 def model_problem(name: str) -> str | None:
     """Why `name` cannot be loaded as a model, found without loading it: a local folder that holds no trained model,
     a file, or a local-looking path that does not exist. None for a model folder or a Hub id."""
-    from .paths import looks_like_local_path, model_folder_problem
+    from .paths import looks_like_local_path, missing_model_message, model_folder_problem
 
     folder = os.path.expanduser(name)
     if os.path.isdir(folder):
@@ -115,7 +115,7 @@ def model_problem(name: str) -> str | None:
     if os.path.exists(folder):
         return "a file, not a model folder (give a trained model's folder or a Hub id)"
     if looks_like_local_path(name):
-        return "no such folder (give a trained model's folder or a Hub id)"
+        return missing_model_message(name)  # "no such folder (train it first: ...; or give a Hub id)"
     return None
 
 
@@ -510,8 +510,11 @@ def plot_positional_encoding(d_model: int = 512, num_positions: int = 100, dimen
         curves.plot(table[:, d].numpy(), label=f"dim {d}: wavelength {positional_wavelength(d, d_model):.0f}")
     curves.set_xlabel("position")
     curves.set_ylim(-1.1, 1.6)
+    last = 2 * ((d_model - 1) // 2)  # the last (sin, cos) pair's first dimension
+    last_dims = f"dims {last}, {last + 1}" if last + 1 < d_model else f"dim {last}"
     curves.set_title("columns far apart: the wavelength grows geometrically with the dimension,\n"
-                     "from 2π (dims 0, 1) to 10000·2π; dims 2i and 2i+1 (sin, cos) share one", fontsize=9)
+                     f"from 2π (dims 0, 1) to 2π·{10000 ** (last / d_model):.0f} ({last_dims}), just under "
+                     "2π·10000;\ndims 2i and 2i+1 (sin, cos) share one wavelength", fontsize=9)
     curves.legend(fontsize=8, loc="upper right", ncols=2)
     return figure
 

@@ -30,6 +30,8 @@ EXAMPLES = ["Zwei Hunde spielen im Schnee.", "Ein Mann fährt mit dem Fahrrad ü
             "Eine Frau mit einem roten Hut liest ein Buch im Park.", "Kinder spielen Fußball auf einer Wiese."]
 MEAN_HEADS = "mean over heads"
 MAX_BEAMS = 8
+NOTHING_TO_VIEW = ("Translate first: the attention shown is that of this session's last translation (an API client "
+                   "calls /translate, then /view, with the same Client)")
 
 
 @dataclass
@@ -144,9 +146,11 @@ def build_demo(model, tokenizer, title: str = "scratch_transformer: German → E
         return [f"{i + 1}: {result['sentence']}" for i, result in enumerate(results)]
 
     def view(results, choice, kind, layer, head):
-        """The heatmap and the candidates of the chosen sentence."""
-        if not results:
-            return None, None
+        """The heatmap and the candidates of the chosen sentence of this session's last translation."""
+        if not results:  # e.g. a fresh API client (gradio_client) calling /view before /translate
+            refusal = gr.Error(NOTHING_TO_VIEW)
+            refusal.print_exception = False  # a message for the page or client, no traceback in the server's log
+            raise refusal
         choices = sentence_choices(results)
         result = results[choices.index(choice) if choice in choices else 0]
         return attention_figure(result["maps"], KINDS[kind], layer, head), result["candidates"]
@@ -207,7 +211,8 @@ def build_demo(model, tokenizer, title: str = "scratch_transformer: German → E
                   "that sum / length ** length penalty, what beam search ranks by)",
             interactive=False, wrap=True, column_widths=["6%", "58%", "13%", "10%", "13%"], elem_id="candidates")
         with gr.Row():
-            sentence = gr.Dropdown([], label="sentence", visible=False, elem_id="sentence")
+            sentence = gr.Dropdown([], label="sentence", visible=False, elem_id="sentence",
+                                   allow_custom_value=True)  # its choices are a session's: any value reaches view()
             kind = gr.Radio(kinds, value=kinds[0], label="attention", elem_id="kind")
             layer = gr.Dropdown(layers, value=layers[-1], label="layer", elem_id="layer")
             head = gr.Dropdown(heads, value=MEAN_HEADS, label="head", elem_id="head")

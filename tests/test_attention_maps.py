@@ -272,3 +272,6 @@ def test_positional_encoding_picture_draws_dimensions_far_apart():
     labels = [line.get_label() for line in figure.axes[1].get_lines()]
     assert labels == ["dim 0: wavelength 6", "dim 16: wavelength 20", "dim 32: wavelength 63", "dim 64: wavelength 628"]
     assert math.isclose(positional_wavelength(33, 128), positional_wavelength(32, 128))  # a (sin, cos) pair shares one
+    # the longest wavelength is the last pair's, 2π·10000^(126/128) = 2π·8660: just under 2π·10000, as the title says
+    assert "to 2π·8660 (dims 126, 127), just under 2π·10000" in figure.axes[1].get_title()
+    assert math.isclose(positional_wavelength(127, 128), 2 * math.pi * 10000 ** (126 / 128))

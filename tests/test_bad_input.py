@@ -734,9 +734,20 @@ def _translate_cases():
         "model-vocabulary-below-its-tokenizer": (["Ein Hund läuft über die Wiese."],
                                                  ("the tokenizer has", "model's vocabulary 20"),
                                                  "model:{tmp}/resized", ""),
+        # issue 54: a model not trained yet (run from a folder without it) is named, not looked for on the Hub
+        "model-not-trained-yet": (["Ein Hund."], (MISSING_MODELS["outputs/multi30k_de_en"],),
+                                  "model:outputs/multi30k_de_en", ""),
+        "model-walkthrough-not-run-yet": (["Ein Hund."], (MISSING_MODELS["docs/walkthrough_pictures/model"],),
+                                          "model:docs/walkthrough_pictures/model", ""),
     }
 
 
+# a local-looking --model that does not exist (relative to a folder without it) -> the one line each script prints
+MISSING_MODELS = {
+    name: f"--model {name}: no such folder (train it first: {command}; or give a Hub id)" for name, command in (
+        ("outputs/multi30k_de_en", "python scripts/train_translation.py configs/multi30k_de_en.json"),
+        ("outputs/my_run", "python scripts/train_translation.py configs/multi30k_de_en.json --output_dir outputs/my_run"),
+        ("docs/walkthrough_pictures/model", "python docs/walkthrough.py"))}
 TRANSLATE_CASES = _translate_cases()
 
 
@@ -756,8 +767,11 @@ def read_only_folder(tmp_path, request) -> str:
 
 
 @pytest.mark.parametrize("args, names, setup", [_translate_param(n, s) for n, s in TRANSLATE_CASES.items()])
-def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_model_dir, tmp_path, capsys, request):
+def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_model_dir, tmp_path, capsys, request,
+                                                    monkeypatch):
     paths = {"tmp": str(tmp_path), "read_only": read_only_folder(tmp_path, request)}
+    if setup.startswith("model:") and not setup.startswith("model:{"):  # a relative name: from a folder without it
+        monkeypatch.chdir(tmp_path)
     model = str(tiny_model_dir)
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "bom.txt").write_bytes("\ufeffEin Hund.\r\nZwei Männer.\r\n".encode("utf-8"))
@@ -1004,6 +1018,22 @@ def test_show_attention_writes_only_its_own_pictures(args, names, tiny_model_dir
     assert Path(written["output"]).read_bytes()[:4] == b"\x89PNG"
     assert b"scratch_transformer show_attention" in Path(written["output"]).read_bytes()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("script, argv", [("show_attention", ["Ein Hund."]), ("demo", []),
+                                          ("export_ctranslate2", ["--output_dir", "ct2"])])
+@pytest.mark.parametrize("name", list(MISSING_MODELS))
+def test_scripts_name_a_model_folder_not_made_yet(script, argv, name, tmp_path, monkeypatch, capsys):
+    """Issue 54: `--model outputs/multi30k_de_en` before the main job ran (or the walk-through's model before the
+    walk-through) once became a Hub request ("couldn't connect to 'https://huggingface.co'"): now one line says the
+    folder is missing and which command makes it, before anything is loaded; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        load_script(script).main(["--model", name, *argv])
+    assert ended.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].endswith(f": error: {MISSING_MODELS[name]}") and "Traceback" not in "\n".join(lines), lines
+    assert not list(tmp_path.iterdir())
 
 
 def test_demo_write_space_refuses_a_local_model_path(tiny_model_dir, tmp_path, capsys):

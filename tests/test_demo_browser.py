@@ -220,6 +220,33 @@ def test_demo_refuses_bad_arguments(tiny_model_dir, tmp_path, monkeypatch, capsy
 
 
 
+def test_api_view_says_translate_first_then_follows_the_translation(tiny_model_dir):
+    """Issue 54: a fresh gradio_client calling /view got "... not in the list of choices: []" (the sentence
+    selector's choices belong to a session). Now it is told to translate first; after /translate, /view in the same
+    session draws the chosen attention of that translation."""
+    pytest.importorskip("plotly", reason='the demo needs plotly (pip install ".[demo]")')
+    pytest.importorskip("gradio", reason='the demo needs gradio (pip install ".[demo]")')
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    from scratch_transformer.attention_maps import load_model
+
+    model, tokenizer = load_model(str(tiny_model_dir))
+    app, port = demo.build_demo(model, tokenizer), _free_port()
+    demo.launch(app, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        sentence = "1: " + PARAGRAPH[0]
+        with pytest.raises(AppError, match="Translate first"):
+            client.predict(sentence, "encoder self-attention", "1", demo.MEAN_HEADS, api_name="/view")
+        english = client.predict(PARAGRAPH[0], 1, 1.0, "encoder-decoder (cross)", "1", demo.MEAN_HEADS,
+                                 api_name="/translate")[0]
+        figure, _ = client.predict(sentence, "encoder self-attention", "1", "2", api_name="/view")
+    finally:
+        app.close()
+    assert english and '"Encoder self-attention, layer 1, head 2"' in figure["plot"]
+
+
 def test_split_sentences():
     assert demo.split_sentences("Ein Hund läuft. Zwei Männer spielen Fußball! Eine Frau liest?  Ein Kind.") == [
         "Ein Hund läuft.", "Zwei Männer spielen Fußball!", "Eine Frau liest?", "Ein Kind."]

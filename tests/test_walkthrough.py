@@ -1,8 +1,11 @@
 """docs/walkthrough.py runs as a notebook (jupytext reads it, nbclient executes it on a Jupyter kernel), so the
 walk-through cannot rot: every shape check and every "why" it argues with a number holds (the notebook asserts
 them; this test reads the numbers back from its output), and its default path ends with a translation and an
-alignment the text points at."""
+alignment the text points at. A cell of the test's own, run after the notebook's, checks from the kernel's
+variables that the sets the text calls unseen are disjoint from the training sets; the translator it saves loads
+with the Auto classes and translates."""
 
+import json
 import os
 import re
 import sys
@@ -16,9 +19,12 @@ WALKTHROUGH = REPO_ROOT / "docs" / "walkthrough.py"
 def test_walkthrough_runs_as_a_notebook(tmp_path):
     jupytext = pytest.importorskip("jupytext", reason='the walk-through test needs jupytext (pip install ".[dev]")')
     nbclient = pytest.importorskip("nbclient", reason='the walk-through test needs nbclient (pip install ".[dev]")')
+    nbformat = pytest.importorskip("nbformat", reason='the walk-through test needs nbformat (pip install ".[dev]")')
     pytest.importorskip("ipykernel", reason='the walk-through test needs ipykernel (pip install ".[dev]")')
     notebook = jupytext.read(WALKTHROUGH)
     assert notebook.metadata["kernelspec"]["name"] == "python3"
+    # one more cell, the test's own: from the kernel's variables, are the "unseen" test sets disjoint from training?
+    notebook.cells.append(nbformat.v4.new_code_cell(CHECK_CELL))
     pictures = tmp_path / "pictures"
     environment = {"WALKTHROUGH_OUTPUT": str(pictures), "WALKTHROUGH_MODEL": "none",
                    "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
@@ -38,13 +44,19 @@ def test_walkthrough_runs_as_a_notebook(tmp_path):
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
     assert not [output for output in outputs if output.get("output_type") == "error"]
     text = "".join(output.get("text", "") for output in outputs if output.get("output_type") == "stream")
-    assert "copied 200/200 unseen sequences exactly" in text
+    assert "copied 200/200 unseen sequences exactly (none in the training set)" in text
     assert "multi-head attention: the package's module and the paper's formula agree" in text
 
     def number(pattern):
         match = re.search(pattern, text)
         assert match, f"the walk-through no longer prints {pattern!r}"
         return [float(group) for group in match.groups()]
+
+    checked = json.loads(re.search(r"^CHECKED (.*)$", text, flags=re.M).group(1))
+    # the copy task's 200 test sequences and §12's 100 test sentences are truly not in their training sets
+    assert checked["copy_test"] == 200 and checked["copy_test_in_training"] == 0 and checked["copy_training"] > 10000
+    assert checked["alignment_test"] == 100 and checked["alignment_test_in_training"] == 0
+    assert checked["alignment_training_distinct"] == number(r"(\d+) distinct training pairs; 100 test sentences")[0]
 
     # why sqrt(d_k): q.k of unit-variance vectors has variance d_k = 64, scaled back to 1; the softmax saturates
     raw_variance, raw_peak, raw_gradient = number(r"q·k\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
@@ -74,7 +86,24 @@ def test_walkthrough_runs_as_a_notebook(tmp_path):
     # the default path ends with a translation and the alignment the text points at
     assert "Im Schnee spielen zwei Hunde. -> Two dogs play in the snow." in text
     assert "'▁dogs': '▁Hunde.'" in text and "'▁play': '▁spielen'" in text
-    assert number(r"by layer: \{1: [\d.]+, 2: ([\d.]+)\}")[0] > 0.8
+    assert number(r"by layer: \{1: [\d.]+, 2: ([\d.]+)\}")[0] > 0.8  # measured on the 100 held-out sentences
+    assert number(r"translated exactly: (\d+)/100")[0] >= 90
+    # why warm-up: without it the copy model stalls near guessing (ln 13 = 2.56); with 30 steps of it, it learns
+    without_warmup, with_warmup = number(r"([\d.]+) nats without warm-up, ([\d.]+) with 30 steps of warm-up")
+    assert without_warmup > with_warmup + 0.5
+    # the translator is saved where README's demo command looks, and loads and translates with the Auto classes
+    saved = pictures / "model"
+    assert f"the translator is saved in {saved}" in text
+    import scratch_transformer  # noqa: F401  (registers the model with the Auto classes)
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from scratch_transformer.attention_maps import model_problem
+
+    assert model_problem(str(saved)) is None  # what scripts/demo.py and scripts/show_attention.py check first
+    tokenizer, model = AutoTokenizer.from_pretrained(saved), AutoModelForSeq2SeqLM.from_pretrained(saved).eval()
+    ids = model.generate(**tokenizer(["Im Schnee spielen zwei Hunde."], return_tensors="pt"), num_beams=1,
+                         max_new_tokens=20)
+    assert tokenizer.decode(ids[0], skip_special_tokens=True) == "Two dogs play in the snow."
     assert re.search(r"walk-through done in \d+ s", text)
     assert text.count("\n") < 200  # quiet: no training framework's logs
     images = [output for output in outputs if "image/png" in output.get("data", {})]
@@ -82,6 +111,18 @@ def test_walkthrough_runs_as_a_notebook(tmp_path):
     assert {path.name for path in pictures.glob("*.png")} == {
         "positional_encoding.png", "masks.png", "copy_cross_attention.png", "label_smoothing.png",
         "learning_rate_schedules.png", "translation_alignment.png", "translation_attention.png"}
+
+
+CHECK_CELL = """
+import json as _json
+_copy = set(copy_test)
+_alignment = {(german, english) for german, english, _ in held_out_sentences}
+print("CHECKED", _json.dumps({
+    "copy_test": len(copy_test), "copy_training": len(copy_training),
+    "copy_test_in_training": len(_copy & copy_training),
+    "alignment_test": len(_alignment), "alignment_training_distinct": len(set(pairs)),
+    "alignment_test_in_training": len(_alignment & set(pairs))}))
+"""
 
 
 def _kernel_manager_for(python):

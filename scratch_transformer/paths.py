@@ -8,6 +8,9 @@ import os
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# The folder this project's training writes into (configs/*.json: output_dir outputs/...; gitignored): a name in
+# it is a local path even before the folder exists, so a model not yet trained is not looked for on the Hub.
+OUTPUT_FOLDER = "outputs"
 
 
 def local_parent(name: str) -> str | None:
@@ -18,13 +21,14 @@ def local_parent(name: str) -> str | None:
 
 def looks_like_local_path(name: str) -> bool:
     """A name read as a local path, never as a Hub id: absolute, ./ ../ ~, more than one '/', a backslash,
-    not a valid repo id, or 'a/b' where the folder 'a' exists here (outputs/multi30k_de_en)."""
+    not a valid repo id, 'a/b' where the folder 'a' exists here, or 'outputs/b' (`OUTPUT_FOLDER`, where the
+    training writes: outputs/multi30k_de_en), whether or not outputs/ exists yet."""
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
     if os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name:
         return True
-    if local_parent(name):
+    if local_parent(name) or (name.count("/") == 1 and name.split("/")[0] == OUTPUT_FOLDER):
         return True
     try:
         validate_repo_id(name)
@@ -38,6 +42,35 @@ def missing_path_message(flag: str, name: str, what: str = "a trained model's fo
     parent = local_parent(name)
     why = f"; {parent}/ exists here, so this names a folder in it" if parent else ""
     return f"{flag} {name}: no such folder (give {what}{why})"
+
+
+def train_first_hint(name: str) -> str:
+    """The command that makes the model folder `name`: the walk-through for its folder
+    (docs/walkthrough_pictures/model), the shipped config whose output_dir is `name`
+    (outputs/multi30k_de_en: configs/multi30k_de_en.json), else the main job's config with --output_dir `name`."""
+    import glob
+
+    normal = os.path.normpath(os.path.expanduser(name))
+    if normal.replace(os.sep, "/").endswith("walkthrough_pictures/model"):
+        return "python docs/walkthrough.py"
+    configs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+    for path in sorted(glob.glob(os.path.join(configs, "*.json"))):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                output_dir = json.load(handle).get("output_dir")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if output_dir and os.path.normpath(output_dir) == normal:
+            return f"python scripts/train_translation.py configs/{os.path.basename(path)}"
+    return f"python scripts/train_translation.py configs/multi30k_de_en.json --output_dir {name}"
+
+
+def missing_model_message(name: str) -> str:
+    """Why a local-looking model name that does not exist cannot be loaded, after the flag: 'no such folder (train
+    it first: <command>; or give a Hub id)', the command from `train_first_hint`."""
+    parent = local_parent(name)
+    why = f"; {parent}/ exists here, so this names a folder in it" if parent else ""
+    return f"no such folder (train it first: {train_first_hint(name)}; or give a Hub id{why})"
 
 
 def space_model_problem(model: str) -> str | None:

@@ -34,6 +34,7 @@ and the pipeline and ``inference.translate`` (translate.py) warn, naming the cha
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import string
@@ -47,7 +48,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 __all__ = ["SPECIAL_TOKENS", "BASE_ALPHABET", "train_tokenizer", "train_tokenizer_on_dataset", "tokenizer_special_ids",
-           "tokenizer_fit_problem"]
+           "tokenizer_fit_problem", "make_tokenizer_config_portable"]
 
 logger = logging.getLogger(__name__)
 
@@ -343,6 +344,44 @@ def tokenizer_fit_problem(config, tokenizer, own_tokenizer=None) -> str | None:
             return (f"its vocabulary is not the one the model was trained with: {len(moved)} of {len(other)} tokens "
                     f"have another id ({where}); the embeddings would read other words")
     return None
+
+
+# What transformers 5 writes as the class of a tokenizer.json tokenizer, and the name transformers 4.x knows it by
+# (5 reads that name too: its transformers.PreTrainedTokenizerFast is TokenizersBackend).
+_V5_ONLY_CLASS, _PORTABLE_CLASS = "TokenizersBackend", "PreTrainedTokenizerFast"
+_MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
+
+
+def make_tokenizer_config_portable(folder: str | os.PathLike) -> bool:
+    """Make the tokenizer saved in ``folder`` load with ``AutoTokenizer`` on transformers 4.x as on 5.x.
+
+    transformers 5 writes ``"tokenizer_class": "TokenizersBackend"`` into tokenizer_config.json, a class 4.x does
+    not have ("Tokenizer class TokenizersBackend does not exist"); it becomes ``"PreTrainedTokenizerFast"``,
+    4.x's class for a tokenizer.json, which 5 loads as the same TokenizersBackend. And 4.x's class also returns
+    ``token_type_ids``, which generate() refuses: ``"model_input_names": ["input_ids", "attention_mask"]`` (what
+    5 returns) is written where none is. The main job calls this on every folder it saves (the Trainer's
+    ``save_model``); the file is replaced whole (a temporary file renamed over it).
+
+    Returns:
+        True when tokenizer_config.json was changed; False when there is none or it already loads on both.
+    """
+    path = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    changed = dict(config)
+    if changed.get("tokenizer_class") == _V5_ONLY_CLASS:
+        changed["tokenizer_class"] = _PORTABLE_CLASS
+    changed.setdefault("model_input_names", _MODEL_INPUT_NAMES)
+    if changed == config:
+        return False
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, prefix=".tokenizer_config-", suffix=".json",
+                                     delete=False) as f:
+        json.dump(changed, f, indent=2, sort_keys=True, ensure_ascii=False)
+        f.write("\n")
+    os.replace(f.name, path)
+    return True
 
 
 class _Counter:

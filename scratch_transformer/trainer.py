@@ -15,6 +15,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import seed_worker
 
 from .batching import TokenBatchSampler, padding_fraction, pair_lengths
+from .tokenization import make_tokenizer_config_portable
 from .training import WallClockBudgetCallback, budget_schedule
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,13 @@ class TranslationTrainer(Seq2SeqTrainer):
                 raise ValueError("--max_tokens_per_batch needs a model whose loss takes num_items_in_batch "
                                  "(accepts_loss_kwargs): batches of different sizes must be weighted by their tokens")
             self.token_batch_sampler = self._make_token_batch_sampler(self.train_dataset)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Seq2SeqTrainer's save_model (the final folder, and each checkpoint's), then the saved tokenizer made to
+        load on transformers 4.x too (`tokenization.make_tokenizer_config_portable`)."""
+        super().save_model(output_dir, _internal_call)
+        if self.args.should_save:
+            make_tokenizer_config_portable(output_dir or self.args.output_dir)
 
     def _data_seed(self) -> int:
         return self.args.data_seed if self.args.data_seed is not None else self.args.seed

@@ -67,12 +67,12 @@ def main(argv=None) -> str:
             parser.error(f"--check_file {args.check_file}: no sentences in it")
     folder = os.path.expanduser(args.model)
     if not os.path.isdir(folder):
-        from scratch_transformer.paths import looks_like_local_path, missing_path_message
+        from scratch_transformer.paths import looks_like_local_path, missing_model_message
 
         if os.path.exists(folder):
             parser.error(f"--model {args.model}: a file, not a model folder")
         if looks_like_local_path(args.model):
-            parser.error(missing_path_message("--model", args.model))
+            parser.error(f"--model {args.model}: {missing_model_message(args.model)}")
     else:
         from scratch_transformer.paths import model_folder_problem
 

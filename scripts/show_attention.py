@@ -4,7 +4,7 @@ self-attention, the decoder's self-attention and the encoder-decoder (cross) att
 Examples:
     python scripts/show_attention.py --model outputs/multi30k_de_en "Zwei Hunde spielen im Schnee." --output attention.png
     python scripts/show_attention.py --model outputs/multi30k_de_en "Ein Mann fährt Fahrrad." --kinds cross --layers 3
-    # also the masks of a padded batch (every sentence given), the positional encoding, the run's learning rate
+    # also the masks of the padded batch of every sentence given, the positional encoding, the run's learning rate
     python scripts/show_attention.py --model outputs/multi30k_de_en "Ein Hund." "Zwei Männer spielen Fußball im Park." \
         --masks_output masks.png --positional_encoding_output pe.png --learning_rate_output lr.png
 
@@ -34,7 +34,8 @@ class ShowAttentionArguments:
     length_penalty: float | None = field(default=None, metadata={"help": "Beam search length penalty (default: the model's)."})
     max_new_tokens: int | None = field(default=None, metadata={"help": "Longest translation, in tokens."})
     masks_output: str | None = field(default=None, metadata={
-        "help": "Also draw the masks of the padded batch of all sentences given (with their translations) here."})
+        "help": "Also draw the masks the model applies to the padded batch of all sentences given (with their "
+                "translations) here; with one sentence, the short \"Ein Hund.\" joins it so that padding shows."})
     positional_encoding_output: str | None = field(default=None, metadata={
         "help": "Also draw the model's positional-encoding table (paper 3.5) here."})
     learning_rate_output: str | None = field(default=None, metadata={
@@ -50,6 +51,17 @@ class ShowAttentionArguments:
 FORMATS = (".png", ".pdf", ".svg")
 TOOL = "show_attention"  # the mark in its pictures: it replaces its own without --force
 OUTPUT_FLAGS = ("output", "masks_output", "positional_encoding_output", "learning_rate_output")
+PADDED_EXAMPLE = "Ein Hund."  # with one sentence given, --masks_output adds this one so the batch is padded
+
+
+def padded_batch_masks(model, tokenizer, sources, targets) -> dict:
+    """The masks the model itself applies (attention_maps.model_masks) to the padded batch sources -> targets."""
+    from scratch_transformer.attention_maps import batch_masks, model_masks
+
+    batch = batch_masks(tokenizer, sources, targets)  # the padded ids and their tokens
+    masks = model_masks(model, batch["input_ids"], batch["decoder_input_ids"], batch["attention_mask"],
+                        batch["decoder_attention_mask"])
+    return {**masks, "source_tokens": batch["source_tokens"], "target_tokens": batch["target_tokens"]}
 
 
 def _numbers(parser, flag: str, text: str | None) -> list[int] | None:
@@ -111,7 +123,6 @@ def main(argv=None) -> dict:
                      "with --run)")
 
     from scratch_transformer.attention_maps import (
-        batch_masks,
         load_model,
         model_problem,
         plot_learning_rate,
@@ -151,8 +162,11 @@ def main(argv=None) -> dict:
     if args.masks_output:
         from scratch_transformer.inference import translate
 
-        targets = translate(model, tokenizer, sentences, **generate_kwargs)
-        save_figure(plot_masks(batch_masks(tokenizer, sentences, targets)), args.masks_output, TOOL, dpi=args.dpi)
+        extra = PADDED_EXAMPLE if sentences[0] != PADDED_EXAMPLE else "Zwei Männer spielen Fußball im Park."
+        batch = sentences if len(sentences) > 1 else [extra, sentences[0]]  # padding shows only in a batch
+        targets = translate(model, tokenizer, batch, **generate_kwargs)
+        save_figure(plot_masks(padded_batch_masks(model, tokenizer, batch, targets)), args.masks_output, TOOL,
+                    dpi=args.dpi)
         print(f"wrote {args.masks_output}")
         written["masks_output"] = args.masks_output
     if args.positional_encoding_output:

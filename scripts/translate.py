@@ -117,7 +117,7 @@ def _keep_partial(path: str, key: dict, finished: dict, total: int) -> None:
 def _check_model(parser, model: str, revision: str | None) -> dict:
     """Fail at once, naming --model, unless `model` is a trained model's folder or a reachable Hub model.
     Returns extra from_pretrained arguments (local_files_only when the Hub is unreachable but the cache has it)."""
-    from scratch_transformer.paths import looks_like_local_path, missing_path_message, model_folder_problem
+    from scratch_transformer.paths import looks_like_local_path, missing_model_message, model_folder_problem
 
     folder = os.path.expanduser(model)
     if os.path.isdir(folder):
@@ -128,7 +128,7 @@ def _check_model(parser, model: str, revision: str | None) -> dict:
     if os.path.exists(folder):
         parser.error(f"--model {model}: a file, not a model folder (give a trained model's folder or a Hub id)")
     if looks_like_local_path(model):
-        parser.error(missing_path_message("--model", model))
+        parser.error(f"--model {model}: {missing_model_message(model)}")
 
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError

@@ -787,9 +787,20 @@ def _translate_cases():
         "model-vocabulary-below-its-tokenizer": (["Ein Hund läuft über die Wiese."],
                                                  ("the tokenizer has", "model's vocabulary 20"),
                                                  "model:{tmp}/resized", ""),
+        # issue 54: a model not trained yet (run from a folder without it) is named, not looked for on the Hub
+        "model-not-trained-yet": (["Ein Hund."], (MISSING_MODELS["outputs/multi30k_de_en"],),
+                                  "model:outputs/multi30k_de_en", ""),
+        "model-walkthrough-not-run-yet": (["Ein Hund."], (MISSING_MODELS["docs/walkthrough_pictures/model"],),
+                                          "model:docs/walkthrough_pictures/model", ""),
     }
 
 
+# a local-looking --model that does not exist (relative to a folder without it) -> the one line each script prints
+MISSING_MODELS = {
+    name: f"--model {name}: no such folder (train it first: {command}; or give a Hub id)" for name, command in (
+        ("outputs/multi30k_de_en", "python scripts/train_translation.py configs/multi30k_de_en.json"),
+        ("outputs/my_run", "python scripts/train_translation.py configs/multi30k_de_en.json --output_dir outputs/my_run"),
+        ("docs/walkthrough_pictures/model", "python docs/walkthrough.py"))}
 TRANSLATE_CASES = _translate_cases()
 
 
@@ -809,8 +820,11 @@ def read_only_folder(tmp_path, request) -> str:
 
 
 @pytest.mark.parametrize("args, names, setup", [_translate_param(n, s) for n, s in TRANSLATE_CASES.items()])
-def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_model_dir, tmp_path, capsys, request):
+def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_model_dir, tmp_path, capsys, request,
+                                                    monkeypatch):
     paths = {"tmp": str(tmp_path), "read_only": read_only_folder(tmp_path, request)}
+    if setup.startswith("model:") and not setup.startswith("model:{"):  # a relative name: from a folder without it
+        monkeypatch.chdir(tmp_path)
     model = str(tiny_model_dir)
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "bom.txt").write_bytes("\ufeffEin Hund.\r\nZwei Männer.\r\n".encode("utf-8"))
@@ -1117,6 +1131,22 @@ def test_show_attention_refuses_a_model_resized_below_its_tokenizer(tiny_model_d
     assert not (tmp_path / "a.png").exists()
 
 
+@pytest.mark.parametrize("script, argv", [("show_attention", ["Ein Hund."]), ("demo", []),
+                                          ("export_ctranslate2", ["--output_dir", "ct2"])])
+@pytest.mark.parametrize("name", list(MISSING_MODELS))
+def test_scripts_name_a_model_folder_not_made_yet(script, argv, name, tmp_path, monkeypatch, capsys):
+    """Issue 54: `--model outputs/multi30k_de_en` before the main job ran (or the walk-through's model before the
+    walk-through) once became a Hub request ("couldn't connect to 'https://huggingface.co'"): now one line says the
+    folder is missing and which command makes it, before anything is loaded; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        load_script(script).main(["--model", name, *argv])
+    assert ended.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].endswith(f": error: {MISSING_MODELS[name]}") and "Traceback" not in "\n".join(lines), lines
+    assert not list(tmp_path.iterdir())
+
+
 def test_demo_write_space_refuses_a_local_model_path(tiny_model_dir, tmp_path, capsys):
     """Issue 56: a Space written for --model ../models/main would load a path that does not exist there."""
     demo = load_script("demo")
@@ -1393,7 +1423,7 @@ def test_an_evaluation_only_run_into_a_run_keeps_its_curve_and_names_what_it_rep
         train_translation.main(argv)
     assert (run / "training_curve.png").read_bytes() == b"\x89PNG the run's curve"
     assert (run / "model.safetensors").read_bytes() == (tiny_model_dir / "model.safetensors").read_bytes()
-    assert f"replacing eval_results.json" in caplog.text, caplog.text
+    assert "replacing eval_results.json" in caplog.text, caplog.text
     assert (run / "test_results.json").is_file()
 
 

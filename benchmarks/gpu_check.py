@@ -77,7 +77,8 @@ def parse_args(argv=None):
                    help="also time the compiled static cache (false: the rehearsal's quick run)")
     p.add_argument("--new_tokens", type=int, default=None, help="tokens generate() makes per sentence (32; --tiny 4)")
     p.add_argument("--parts", default="model,attention,train,generate,wmt14", help="the parts to run")
-    p.add_argument("--results_dir", type=Path, default=None, help="where gpu.json goes (default benchmarks/results)")
+    p.add_argument("--results_dir", type=Path, default=None,
+                   help="where gpu.json goes (default benchmarks/results; with --tiny outputs/gpu_rehearsal)")
     p.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
     args = p.parse_args(argv)
     if args.device.split(":")[0] == "cuda" and not torch.cuda.is_available():
@@ -92,6 +93,8 @@ def parse_args(argv=None):
     if unknown:
         p.error(f"--parts: unknown {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
     args.attention = [x.strip() for x in args.attention.split(",") if x.strip()]
+    if args.results_dir is None and args.tiny:  # a rehearsal's figures are not results
+        args.results_dir = REPO_ROOT / "outputs" / "gpu_rehearsal"
     if args.data is None:
         args.data = next((d for d in DATA_CANDIDATES if (d / "train.de.gz").is_file()), DATA_CANDIDATES[-1])
     if {"train", "generate"} & set(args.parts):

@@ -61,6 +61,11 @@ def test_cpu_rehearsal_without_datasets_runs_every_part(tmp_path):
     for step in run["wmt14"]:
         assert step["median_ms"] > 0 and step["tflop_per_step"] > 0 and step["estimate"] is None  # no GPU peak
     assert "| part | check | result | figures |" in done.stdout and "0 failed" in done.stdout
+    from benchmarks.tables import gpu
+
+    assert gpu(result)[2] == "| no GPU run yet | | | | | | |"  # a rehearsal is no result
+    table = gpu({"runs": [{**run, "size": "full"}]})
+    assert len(table) == 2 + len(run["rows"]) and table[2].startswith(f"| {run['environment']['device_name']} |")
 
 
 def test_a_failing_part_is_a_fail_row_and_the_others_still_run(tmp_path, monkeypatch, capsys):

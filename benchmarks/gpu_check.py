@@ -7,7 +7,8 @@ Run from the repository root on a GPU machine (no network needed; docs/compatibi
 
 Each part is one or more rows of one table (printed at the end, and written with everything measured to
 --results_dir/gpu.json, keyed by device and size: benchmarks/record.py). A part that fails gives a FAIL row with its
-one-line error and the others still run; the exit status is 1 when any row failed.
+one-line error and the others still run; the exit status is 1 when any row failed. A row with "-" is a note or a
+check skipped (its figures say why): e.g. the installed versions outside pyproject's ranges (`datasets` absent).
 
   model      on the device, fp32: logits and gradients equal the CPU's (atol 1e-4), a save/load round trip gives
              the same logits, a padded batch gives each row's logits alone, greedy and beam-3 generate() give the
@@ -134,6 +135,27 @@ def environment(device) -> dict:
 
         env.update(device_name=cpu_model(), bf16=True)
     return env
+
+
+def outside_ranges() -> list[str]:
+    """The installed dependencies that lie outside pyproject.toml's ranges ("transformers 5.17.0 not in <6,>=5.24")."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        return []
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    outside = []
+    for text in project["dependencies"]:
+        req = Requirement(text)
+        module = {"pyyaml": "yaml"}.get(req.name.lower(), req.name.replace("-", "_"))
+        installed = version(req.name) if importlib.util.find_spec(module) else None
+        if installed is None:
+            outside.append(f"{req.name} not installed")
+        elif not req.specifier.contains(installed.split("+")[0], prereleases=True):
+            outside.append(f"{req.name} {installed} not in {req.specifier}")
+    return outside
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -539,7 +561,7 @@ PARTS = {"model": part_model, "attention": part_attention, "train": part_train, 
 def table(rows) -> str:
     lines = ["| part | check | result | figures |", "|---|---|---|---|"]
     for part, check, ok, text in rows:
-        lines.append(f"| {part} | {check} | {'ok' if ok else ('skipped' if ok is None else 'FAIL')} | {text} |")
+        lines.append(f"| {part} | {check} | {'ok' if ok else ('-' if ok is None else 'FAIL')} | {text} |")
     return "\n".join(lines)
 
 
@@ -564,6 +586,9 @@ def _run(args, argv, device) -> dict:
 
     transformers.logging.set_verbosity_error()
     rows, figures = [], {"environment": environment(device)}
+    outside = outside_ranges()
+    rows.append(("environment", "versions within pyproject's ranges", None if outside else True,
+                 "; ".join(outside) + " (docs/compatibility.md: the wheels to carry)" if outside else "all"))
     for name in args.parts:
         start = time.perf_counter()
         try:

@@ -52,6 +52,8 @@ def test_cpu_rehearsal_without_datasets_runs_every_part(tmp_path):
     assert {"model", "attention", "train", "generate", "wmt14"} <= set(parts)
     assert all(r["ok"] for r in run["rows"] if r["ok"] is not None), run["rows"]
     assert rows[("attention", "flash_attention_2 = eager")]["ok"] is None  # skipped: not installed / no CUDA
+    ranges = rows[("environment", "versions within pyproject's ranges")]
+    assert ranges["ok"] is None and ranges["figures"].startswith("datasets not installed")  # hidden here
     train = run["train"]
     assert train["loop"].startswith("Seq2SeqTrainer on lists") and train["steps"] >= 1  # as many as 3 s allow
     assert train["steps_per_second"] > 0 and 0 < train["last_loss"] <= train["first_loss"] < 7  # ln(300) = 5.7

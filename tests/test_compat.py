@@ -51,6 +51,13 @@ def test_the_test_runner_is_pinned_at_the_dev_extras_bound():
     assert pins()["pytest"] == dev["pytest"]
 
 
+def test_python_bound_is_transformers_lowest_ones():
+    """transformers 5.24 (the lowest) requires Python 3.11: a lower requires-python would promise installs pip refuses."""
+    from packaging.specifiers import SpecifierSet
+
+    assert SpecifierSet(project()["requires-python"]) == SpecifierSet(">=3.11")
+
+
 def test_torch_has_no_upper_bound():
     (torch,) = [Requirement(r) for r in project()["dependencies"] if Requirement(r).name == "torch"]
     assert all(spec.operator == ">=" for spec in torch.specifier), str(torch.specifier)

@@ -37,6 +37,7 @@ import importlib.util
 import json
 import math
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -82,9 +83,19 @@ def parse_args(argv=None):
                    help="where gpu.json goes (default benchmarks/results; with --tiny outputs/gpu_rehearsal)")
     p.add_argument("--threads", type=int, default=None, help="torch's CPU threads (default: torch's own choice)")
     args = p.parse_args(argv)
-    if args.device.split(":")[0] == "cuda" and not torch.cuda.is_available():
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        p.error(f"--device {args.device!r}: not a torch device (cuda, cuda:0, cpu)")
+    if device.type not in ("cuda", "cpu"):
+        p.error(f"--device {args.device!r}: this check runs on cuda or cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False); "
                 "use --device cpu --tiny to rehearse")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        p.error(f"--device {args.device}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+    if args.threads is not None and args.threads < 1:
+        p.error("--threads must be >= 1")
     args.train_seconds = args.train_seconds if args.train_seconds is not None else (3.0 if args.tiny else 120.0)
     args.new_tokens = args.new_tokens if args.new_tokens is not None else (4 if args.tiny else 32)
     if args.train_seconds <= 0 or args.new_tokens < 1:
@@ -407,8 +418,7 @@ def part_train(args, device, rows, figures):
     loop = args.train_loop
     if loop == "auto":
         loop = "main_job" if importlib.util.find_spec("datasets") else "trainer"
-    folder = Path(tempfile.mkdtemp(prefix="gpu_check_", dir=REPO_ROOT / "outputs" if (REPO_ROOT / "outputs").is_dir()
-                                   else None))
+    folder = Path(args.workdir)
     result = (train_main_job if loop == "main_job" else train_on_lists)(args, device, folder)
     figures["train"] = result
     losses = (result["first_loss"], result["last_loss"])
@@ -573,10 +583,12 @@ def main(argv=None) -> dict:
     threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
+    args.workdir = tempfile.mkdtemp(prefix="gpu_check_")  # the trained model, until generate() has run
     try:
         return _run(args, argv, device)
     finally:
         torch.set_num_threads(threads)
+        shutil.rmtree(args.workdir, ignore_errors=True)
 
 
 def _run(args, argv, device) -> dict:

@@ -93,6 +93,9 @@ def test_a_failing_part_is_a_fail_row_and_the_others_still_run(tmp_path, monkeyp
     (["--parts", "generate", "--data", "EMPTY"], "missing train.de.gz, train.en.gz"),
     (["--parts", "model,nonsense"], "--parts: unknown nonsense"),
     (["--train_seconds", "0"], "--train_seconds must be > 0"),
+    (["--device", "gpu"], "--device 'gpu': not a torch device"),
+    (["--device", "meta"], "--device 'meta': this check runs on cuda or cpu"),
+    (["--threads", "0"], "--threads must be >= 1"),
 ])
 def test_bad_arguments_are_refused_in_one_line_before_any_work(tmp_path, capsys, flags, message):
     from benchmarks import gpu_check

@@ -178,6 +178,10 @@ class DataTrainingArguments:
         return [split.strip() for split in self.test_split.split(",") if split.strip()]
 
 
+PAPER_WARMUP_STEPS = 4000  # paper 5.3
+BUDGET_WARMUP_FRACTION = 0.33  # of the training-time budget (configs/multi30k_de_en.json)
+
+
 @dataclass
 class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     """Seq2SeqTrainingArguments with the paper's training choices as defaults (paper 5.3, 5.4)."""
@@ -191,7 +195,9 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     lr_scheduler_type: str = field(
         default="inverse_sqrt", metadata={"help": "inverse_sqrt = the paper's Noam schedule (paper 5.3)."}
     )
-    warmup_steps: float = field(default=4000, metadata={"help": "Noam warmup steps (paper: 4000)."})
+    warmup_steps: float | None = field(default=None, metadata={
+        "help": "Warm-up: steps (paper: 4000, the default), or with --max_train_minutes a fraction of the "
+                "training-time budget in [0, 1) (default there: 0.33, as configs/multi30k_de_en.json)."})
     learning_rate: float = field(default=7e-4, metadata={"help": "Peak learning rate, reached after warmup."})
     noam_factor: float | None = field(
         default=None,
@@ -236,6 +242,9 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number > 0, got {value}")
+        if self.warmup_steps is None:  # a default that fits the schedule: never the reason a valid flag is refused
+            on_budget = self.max_train_minutes and self.schedule_on_budget
+            self.warmup_steps = BUDGET_WARMUP_FRACTION if on_budget else PAPER_WARMUP_STEPS
         if not (self.warmup_steps >= 0 and math.isfinite(self.warmup_steps)):
             raise ValueError(f"warmup_steps must be a finite number >= 0, got {self.warmup_steps}")
         if self.dataloader_num_workers < 0:

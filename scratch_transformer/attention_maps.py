@@ -22,7 +22,9 @@ Notation: L layers, h heads, s source tokens, t target tokens, b batch.
 from __future__ import annotations
 
 import json
+import math
 import os
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +40,9 @@ __all__ = [
     "sentence_attention",
     "plot_heads",
     "plot_sentence_attention",
+    "plot_attention_matrix",
     "batch_masks",
+    "model_masks",
     "plot_masks",
     "plot_positional_encoding",
     "learning_rates",
@@ -103,7 +107,7 @@ def load_model(model_name_or_path: str, revision: str | None = None, trust_remot
 def model_problem(name: str) -> str | None:
     """Why `name` cannot be loaded as a model, found without loading it: a local folder that holds no trained model,
     a file, or a local-looking path that does not exist. None for a model folder or a Hub id."""
-    from .paths import looks_like_local_path, model_folder_problem
+    from .paths import looks_like_local_path, missing_model_message, model_folder_problem
 
     folder = os.path.expanduser(name)
     if os.path.isdir(folder):
@@ -111,7 +115,7 @@ def model_problem(name: str) -> str | None:
     if os.path.exists(folder):
         return "a file, not a model folder (give a trained model's folder or a Hub id)"
     if looks_like_local_path(name):
-        return "no such folder (give a trained model's folder or a Hub id)"
+        return missing_model_message(name)  # "no such folder (train it first: ...; or give a Hub id)"
     return None
 
 
@@ -221,7 +225,14 @@ def sentence_attention(model, tokenizer, sentence: str, max_source_length: int =
 
 
 def _cell_inches(tokens: int) -> float:
-    return min(max(1.6, 0.2 * tokens + 0.6), 5.0)
+    return min(max(1.6, 0.16 * tokens + 0.6), 4.5)
+
+
+def _wrapped(title: str, width_inches: float, fontsize: float = 10) -> str:
+    """`title` broken into lines that fit `width_inches` at `fontsize` points (about 0.55 em a character), so
+    a narrow figure (one head) shows its whole title instead of clipping it."""
+    characters = max(12, int(width_inches * 72 / (0.55 * fontsize)) - 2)
+    return "\n".join(textwrap.fill(line, characters) for line in title.split("\n"))
 
 
 def plot_heads(weights: torch.Tensor, row_labels: Sequence[str], column_labels: Sequence[str], figure=None,
@@ -254,7 +265,7 @@ def plot_heads(weights: torch.Tensor, row_labels: Sequence[str], column_labels: 
         figure = Figure(figsize=(len(heads) * _cell_inches(keys) + 1.2, len(layers) * _cell_inches(queries) + 0.8),
                         layout="constrained")
     axes = figure.subplots(len(layers), len(heads), squeeze=False)
-    fontsize = 7 if max(queries, keys) <= 20 else 5
+    fontsize = 7 if max(queries, keys) <= 20 else 6
     image = None
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
@@ -272,7 +283,45 @@ def plot_heads(weights: torch.Tensor, row_labels: Sequence[str], column_labels: 
                 ax.set_ylabel(f"layer {layer + 1}", fontsize=9)
     figure.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     if title:
-        figure.suptitle(title, fontsize=10)
+        width = figure.get_figwidth() if isinstance(figure, Figure) else figure.bbox.width / figure.dpi
+        figure.suptitle(_wrapped(title, width), fontsize=10)
+    return figure
+
+
+def plot_attention_matrix(weights: torch.Tensor, row_labels: Sequence[str], column_labels: Sequence[str],
+                          title: str | None = None, annotate: bool | None = None, cmap: str = "viridis") -> Figure:
+    """One attention matrix (queries x keys), e.g. a layer's weights averaged over its heads, with its values
+    written in the cells when it is small enough to read them (`annotate` None: up to 16 x 16).
+
+    Args:
+        weights: (queries, keys) weights in [0, 1].
+        row_labels / column_labels: the query and key tokens.
+    Raises:
+        ValueError: weights not 2-D, or labels that do not match its sizes.
+    """
+    if weights.dim() != 2:
+        raise ValueError(f"weights must be (queries, keys), got shape {tuple(weights.shape)}")
+    queries, keys = weights.shape
+    if len(row_labels) != queries or len(column_labels) != keys:
+        raise ValueError(f"{len(row_labels)} row and {len(column_labels)} column labels for {queries} x {keys} weights")
+    annotate = max(queries, keys) <= 16 if annotate is None else annotate
+    size = 0.42 if annotate else 0.22
+    width = max(4.5, keys * size + 2.2)
+    figure = Figure(figsize=(width, max(3.0, queries * size + 1.6)), layout="constrained")
+    ax = figure.subplots()
+    image = ax.imshow(weights.float().numpy(), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(keys), column_labels, rotation=90, fontsize=8)
+    ax.set_yticks(range(queries), row_labels, fontsize=8)
+    ax.tick_params(length=0)
+    if annotate:
+        for i in range(queries):
+            for j in range(keys):
+                value = float(weights[i, j])
+                ax.text(j, i, f"{value:.2f}"[1:] if value < 1 else "1", ha="center", va="center", fontsize=6,
+                        color="black" if value > 0.6 else "white")
+    figure.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
+    if title:
+        ax.set_title(_wrapped(title, width - 1.2, 9), fontsize=9)
     return figure
 
 
@@ -294,8 +343,9 @@ def plot_sentence_attention(maps: SentenceAttention, kinds: Sequence[str] = KIND
     num_heads = len(heads) if heads is not None else maps.encoder.shape[1]
     widths = [num_heads * _cell_inches(len(labels[kind][1])) + 1.6 for kind in kinds]
     heights = [num_layers[kind] * _cell_inches(len(labels[kind][0])) + 1.2 for kind in kinds]
-    figure = Figure(figsize=(max(widths), sum(heights) + 0.6), layout="constrained")
-    figure.suptitle(f"{' '.join(maps.source_tokens)}\n→ {maps.translation}", fontsize=10)
+    width = max(max(widths), 4.5)
+    figure = Figure(figsize=(width, sum(heights) + 0.6), layout="constrained")
+    figure.suptitle(_wrapped(f"{' '.join(maps.source_tokens)}\n→ {maps.translation}", width), fontsize=10)
     subfigures = figure.subfigures(len(kinds), 1, height_ratios=heights, squeeze=False)[:, 0]
     for subfigure, kind in zip(subfigures, kinds):
         rows, columns = labels[kind]
@@ -341,9 +391,67 @@ def batch_masks(tokenizer, sources: Sequence[str], targets: Sequence[str]) -> di
     }
 
 
+@torch.no_grad()
+def model_masks(model, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,
+                attention_mask: torch.Tensor | None = None,
+                decoder_attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The masks the model itself builds and hands to its attention layers (paper 3.2.3), read in one forward.
+
+    Forward pre-hooks on the first encoder layer's self-attention and the first decoder layer's two attentions
+    record the `attention_mask` each receives (every layer of a stack gets the same one: the stacks build their
+    masks once, with transformers' masking_utils), so what you see is what the model applies, not a copy.
+
+    Args:
+        input_ids (b, s), decoder_input_ids (b, t); attention_mask (b, s) and decoder_attention_mask (b, t):
+            1 = token, 0 = padding.
+    Returns:
+        {"encoder" (b, s, s), "decoder" (b, t, t), "cross" (b, t, s)}: True = may attend (False where the model's
+        additive mask is the dtype's minimum); "raw": the three masks as the layers received them (additive
+        float (b, 1, q, k) under eager attention; None where the model needs no mask, e.g. no padding).
+    Raises:
+        ValueError: not an encoder-decoder model, or ids or masks of the wrong shape (the model's own checks).
+    """
+    _check_model(model)
+    b, s = input_ids.shape
+    t = decoder_input_ids.size(1)
+    layers = {"encoder": model.get_encoder().layers[0].self_attn,
+              "decoder": model.get_decoder().layers[0].self_attn,
+              "cross": model.get_decoder().layers[0].encoder_attn}
+    raw, handles = {}, []
+    for kind, module in layers.items():
+        def record(module, args, kwargs, kind=kind):
+            raw[kind] = kwargs.get("attention_mask")
+        handles.append(module.register_forward_pre_hook(record, with_kwargs=True))
+    was_training = model.training
+    model.eval()
+    try:
+        device = model.device
+        model(input_ids=input_ids.to(device), decoder_input_ids=decoder_input_ids.to(device),
+              attention_mask=None if attention_mask is None else attention_mask.to(device),
+              decoder_attention_mask=None if decoder_attention_mask is None else decoder_attention_mask.to(device),
+              use_cache=False)
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    sizes = {"encoder": (s, s), "decoder": (t, t), "cross": (t, s)}
+    allowed = {}
+    for kind, mask in raw.items():
+        q, k = sizes[kind]
+        if mask is None:  # no mask needed: all keys allowed (and the decoder's is_causal applies the triangle)
+            allowed[kind] = torch.ones(q, k, dtype=torch.bool).tril() if kind == "decoder" else torch.ones(q, k, dtype=torch.bool)
+            allowed[kind] = allowed[kind].expand(b, q, k)
+        elif mask.dtype == torch.bool:
+            allowed[kind] = mask[:, 0].cpu().expand(b, q, k)
+        else:  # additive: 0 where allowed, the dtype's minimum where masked
+            allowed[kind] = (mask[:, 0] > torch.finfo(mask.dtype).min / 2).cpu().expand(b, q, k)
+    return {**allowed, "raw": raw}
+
+
 def plot_masks(masks: dict) -> Figure:
-    """Each sentence of `batch_masks(...)` in a row: its encoder, decoder and cross-attention masks
-    (yellow = may attend, dark = masked)."""
+    """Each sentence of a batch in a row: its encoder, decoder and cross-attention masks (yellow = may attend,
+    dark = masked). `masks`: `batch_masks(...)`, or `model_masks(...)` with "source_tokens" and "target_tokens"
+    added (b lists of tokens, padding included)."""
     b = len(masks["source_tokens"])
     s, t = masks["encoder"].shape[-1], masks["decoder"].shape[-1]
     figure = Figure(figsize=(3 * _cell_inches(max(s, t)) + 1, b * _cell_inches(max(s, t)) + 1), layout="constrained")
@@ -364,9 +472,19 @@ def plot_masks(masks: dict) -> Figure:
     return figure
 
 
-def plot_positional_encoding(d_model: int = 512, num_positions: int = 100, dimensions: Sequence[int] = (4, 5, 6, 7)):
-    """The sinusoid table of paper 3.5 as a heatmap (positions x dimensions) and a few of its columns as curves.
+def positional_wavelength(dimension: int, d_model: int) -> float:
+    """Wavelength, in positions, of dimension `dimension` of the sinusoid table (paper 3.5): 2π·10000^(2i/d_model)
+    for dimensions 2i (sine) and 2i+1 (cosine): a pair shares one wavelength; they grow geometrically from 2π."""
+    return 2 * math.pi * 10000 ** (2 * (dimension // 2) / d_model)
 
+
+def plot_positional_encoding(d_model: int = 512, num_positions: int = 100, dimensions: Sequence[int] | None = None):
+    """The sinusoid table of paper 3.5 as a heatmap (positions x dimensions), and a few of its columns far apart
+    as curves, each labelled with its wavelength.
+
+    Args:
+        dimensions: the columns drawn as curves (default: 0 and d/8, d/4, d/2 rounded to even, four sines whose
+            wavelengths are 2π, 2π·10000^(1/8), 2π·10000^(1/4), 2π·100).
     Raises:
         ValueError: d_model or num_positions < 1, or a dimension outside [0, d_model).
     """
@@ -374,22 +492,30 @@ def plot_positional_encoding(d_model: int = 512, num_positions: int = 100, dimen
 
     if d_model < 1 or num_positions < 1:
         raise ValueError(f"d_model and num_positions must be >= 1, got {d_model} and {num_positions}")
+    if dimensions is None:
+        dimensions = sorted({2 * ((d_model * share) // 16) for share in (0, 1, 2, 4)})  # 0, d/8, d/4, d/2, even
     bad = [d for d in dimensions if not 0 <= d < d_model]
     if bad:
         raise ValueError(f"dimensions {bad} outside [0, d_model={d_model})")
     table = sinusoidal_position_encoding(num_positions, d_model)  # (n, d)
-    figure = Figure(figsize=(12, 4), layout="constrained")
-    heat, curves = figure.subplots(1, 2, width_ratios=[1.2, 1])
+    figure = Figure(figsize=(12, 4.2), layout="constrained")
+    heat, curves = figure.subplots(1, 2, width_ratios=[1.1, 1])
     image = heat.imshow(table.numpy(), cmap="RdBu", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-    heat.set_xlabel("dimension i")
+    heat.set_xlabel("dimension (even: sin, odd: cos)")
     heat.set_ylabel("position")
-    heat.set_title(f"PE(pos, 2i) = sin(pos / 10000^(2i/{d_model})), PE(pos, 2i+1) = cos(...)", fontsize=9)
+    heat.set_title(f"PE(pos, 2i) = sin(pos / 10000^(2i/{d_model})), PE(pos, 2i+1) = cos(same angle)\n"
+                   "left columns change fast, right columns hardly at all", fontsize=9)
     figure.colorbar(image, ax=heat)
     for d in dimensions:
-        curves.plot(table[:, d].numpy(), label=f"dim {d}")
+        curves.plot(table[:, d].numpy(), label=f"dim {d}: wavelength {positional_wavelength(d, d_model):.0f}")
     curves.set_xlabel("position")
-    curves.set_title("a few columns: each dimension is a sinusoid of its own wavelength", fontsize=9)
-    curves.legend(fontsize=8)
+    curves.set_ylim(-1.1, 1.6)
+    last = 2 * ((d_model - 1) // 2)  # the last (sin, cos) pair's first dimension
+    last_dims = f"dims {last}, {last + 1}" if last + 1 < d_model else f"dim {last}"
+    curves.set_title("columns far apart: the wavelength grows geometrically with the dimension,\n"
+                     f"from 2π (dims 0, 1) to 2π·{10000 ** (last / d_model):.0f} ({last_dims}), just under "
+                     "2π·10000;\ndims 2i and 2i+1 (sin, cos) share one wavelength", fontsize=9)
+    curves.legend(fontsize=8, loc="upper right", ncols=2)
     return figure
 
 

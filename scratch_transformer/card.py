@@ -4,6 +4,8 @@ import json
 import os
 from pathlib import Path
 
+import torch
+import transformers
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 # The repository's top-level hub_card.md, reached through the package's link to it (scratch_transformer/hub_card.md
@@ -19,7 +21,8 @@ def render_model_card(results: dict, template_path: str | os.PathLike | None = N
             bleu, chrf, bleu_signature, num_beams, license, and the model sizes shown in the card; optionally
             test_sets, a list of {"split", "bleu", "chrf"} (one table row and model-index entry each; the
             headline test_split/bleu/chrf alone otherwise); custom_code, False for a model of transformers' own
-            classes (e.g. Marian: no code travels with it), which drops the custom_code tag.
+            classes (e.g. Marian: no code travels with it), which drops the custom_code tag; transformers_version
+            and torch_version, the versions the model was trained and scored with (this process's by default).
         template_path: a Jinja/Markdown template; defaults to the repository's hub_card.md. Besides the
             results' keys it gets `repo_id_literal` and `example_source_literal`, the two as Python string
             literals (quotes and backslashes escaped) for the card's code, which must run as printed.
@@ -51,4 +54,5 @@ def render_model_card(results: dict, template_path: str | os.PathLike | None = N
     )
     literals = {f"{key}_literal": json.dumps(str(results.get(key, "")), ensure_ascii=False)  # valid Python too
                 for key in ("repo_id", "example_source")}
-    return ModelCard.from_template(card_data, template_path=str(template_path), **{**results, **literals})
+    versions = {"transformers_version": transformers.__version__, "torch_version": torch.__version__}
+    return ModelCard.from_template(card_data, template_path=str(template_path), **{**versions, **results, **literals})

@@ -260,6 +260,19 @@ def unlock_output_dir(handle) -> None:
         handle.close()  # closing the file releases the flock (in a forked child: closes its /dev/null)
 
 
+# what an evaluation-only run (do_train false) writes into its output folder; never the model, tokenizer or curve
+EVALUATION_OUTPUTS = ("README.md", "all_results.json", "eval_results.json", "test_results.json",
+                      "generated_predictions.txt")
+
+
+def evaluation_outputs_in(output_dir: str) -> list[str]:
+    """The files of output_dir that an evaluation-only run would replace (EVALUATION_OUTPUTS and the
+    generated_predictions_{split}.txt of further test splits), in that order."""
+    names = set(os.listdir(output_dir))
+    extra = sorted(name for name in names if name.startswith("generated_predictions_") and name.endswith(".txt"))
+    return [name for name in EVALUATION_OUTPUTS if name in names] + extra
+
+
 def resume_checkpoint_in(training_args) -> str | None:
     """Resume from the last complete checkpoint in output_dir, or refuse to overwrite a finished run.
 
@@ -281,11 +294,16 @@ def resume_checkpoint_in(training_args) -> str | None:
         return training_args.resume_from_checkpoint
     output_dir = training_args.output_dir
     if not training_args.do_train:
-        if os.path.isdir(output_dir) and os.listdir(output_dir) and not training_args.overwrite_output_dir:
-            holds = "a model" if os.path.isfile(os.path.join(output_dir, "config.json")) else "files"
-            raise ValueError(f"output_dir {output_dir} already holds {holds}: an evaluation-only run (do_train "
-                             "false) would replace its README.md, all_results.json and generated_predictions.txt. "
-                             "Choose a new --output_dir, or pass --overwrite_output_dir true to write there")
+        if os.path.isdir(output_dir) and os.listdir(output_dir):
+            replaced = evaluation_outputs_in(output_dir)
+            named = ", ".join(replaced) if replaced else "none of its files (it adds its results beside them)"
+            if not training_args.overwrite_output_dir:
+                holds = "a model" if os.path.isfile(os.path.join(output_dir, "config.json")) else "files"
+                raise ValueError(f"output_dir {output_dir} already holds {holds}: an evaluation-only run (do_train "
+                                 f"false) would replace {named}. Choose a new --output_dir, or pass "
+                                 "--overwrite_output_dir true to write there")
+            logger.warning("evaluation-only run into %s (--overwrite_output_dir): replacing %s; its model, tokenizer "
+                           "and training curve are kept", output_dir, named)
         return None
     if not os.path.isdir(output_dir):
         return None

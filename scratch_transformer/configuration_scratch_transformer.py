@@ -5,7 +5,14 @@ The defaults are the paper's base model (Table 3, row "base"): d_model 512, 8 he
 ReLU, embeddings scaled by sqrt(d_model), target embedding tied to the output projection.
 """
 
-from transformers import PreTrainedConfig
+try:
+    from transformers import PreTrainedConfig
+except ImportError:  # transformers 4.x spells it PretrainedConfig
+    from transformers import PretrainedConfig as PreTrainedConfig
+
+# transformers 5 makes every config class a dataclass: the annotated fields below are set before `__post_init__`.
+# transformers 4.x has no `__post_init__`: a config sets its fields in `__init__` (defined below for it alone).
+_FIELDS_ARE_DATACLASS_FIELDS = hasattr(PreTrainedConfig, "__post_init__")
 
 _ACTIVATIONS = ("relu", "gelu")
 
@@ -82,7 +89,9 @@ class ScratchTransformerConfig(PreTrainedConfig):
     eos_token_id: int | None = 2
     decoder_start_token_id: int | None = 1
 
-    def __post_init__(self, **kwargs):
+    def _check_fields(self, kwargs: dict) -> dict:
+        """Check the fields (set on self) and the HF aliases among kwargs; returns the other kwargs, for the parent.
+        Raises ValueError as the class docstring says."""
         # HF's generic names (hidden_size=..., from Python or a config.json) reach here as extra kwargs, which
         # the parent would set only after the checks below: set them on their fields first so they are checked.
         given = {}
@@ -92,7 +101,7 @@ class ScratchTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"{given[field][0]}={given[field][1]!r} and {alias}={value!r} set the same field "
                                  f"{field}; give one of them")
             own = getattr(self, field)
-            if own != self.__dataclass_fields__[field].default and own != value:
+            if own != getattr(type(self), field) and own != value:
                 raise ValueError(f"{field}={own!r} and its HF name {alias}={value!r} disagree; give one of them")
             given[field] = (alias, value)
             setattr(self, field, value)
@@ -125,7 +134,23 @@ class ScratchTransformerConfig(PreTrainedConfig):
             value = getattr(self, name)
             if value is not None and not 0 <= value < self.vocab_size:
                 raise ValueError(f"{name} must be in [0, vocab_size={self.vocab_size}), got {value!r}")
-        super().__post_init__(**kwargs)
+        return kwargs
+
+    if _FIELDS_ARE_DATACLASS_FIELDS:
+
+        def __post_init__(self, **kwargs):
+            super().__post_init__(**self._check_fields(kwargs))
+
+    else:
+
+        def __init__(self, **kwargs):
+            """transformers 4.x: each field from kwargs or its default above, checked, then the parent's __init__
+            with the rest (pad_token_id, tie_word_embeddings, ... are set there, as 4.x expects)."""
+            fields = ScratchTransformerConfig.__annotations__
+            for name in fields:
+                setattr(self, name, kwargs.pop(name, getattr(type(self), name)))
+            kwargs = self._check_fields(kwargs)
+            super().__init__(**{name: getattr(self, name) for name in fields}, **kwargs)
 
 
 __all__ = ["ScratchTransformerConfig"]

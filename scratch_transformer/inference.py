@@ -19,7 +19,7 @@ from .pipeline_scratch_transformer import (
 @torch.no_grad()
 def translate(model, tokenizer, sentences: Sequence[str], batch_size: int = 32, num_beams: int | None = None,
               max_new_tokens: int | None = None, max_source_length: int = DEFAULT_MAX_SOURCE_LENGTH,
-              progress: bool = False,
+              progress: bool = False, done: dict | None = None,
               **generate_kwargs) -> list[str]:
     """Translate sentences in batches of similar length; the output keeps the input order.
 
@@ -32,6 +32,8 @@ def translate(model, tokenizer, sentences: Sequence[str], batch_size: int = 32, 
             at most the model's max_position_embeddings),
             with a warning that says how many were cut; split long texts into sentences, one per item.
         progress: show a tqdm progress bar (sentences).
+        done: a dict filled as batches finish, {index in sentences: translation}: what an interrupted call had
+            finished (translate.py keeps it across Ctrl-C).
     Returns:
         one detokenised translation per input sentence.
     Raises:
@@ -85,6 +87,8 @@ def translate(model, tokenizer, sentences: Sequence[str], batch_size: int = 32, 
                                     **generate_kwargs)
             for i, text in zip(indices, tokenizer.batch_decode(output, skip_special_tokens=True)):
                 results[i] = text.strip()
+        if done is not None:
+            done.update((i, results[i]) for i in order[start : start + batch_size])
         bar.update(len(order[start : start + batch_size]))
     bar.close()
     if truncated:

@@ -10,12 +10,17 @@ beside the weights and `from_pretrained(..., trust_remote_code=True)` loads it w
   `torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)` turns every projection
   into `torch.ao.nn.quantized.dynamic.Linear`, which `linear` then simply calls (int8 inference; generate()
   works on the result), and so do pruning, PEFT target modules and converters that read nn.Linear weights.
+  The oneDNN op is private to torch: where it is missing, raises, or at its first use disagrees with F.linear
+  (a torch that changed it), the projections use F.linear, with one RuntimeWarning; and
+  SCRATCH_TRANSFORMER_ONEDNN_LINEAR=0 in the environment (read at import) keeps them on F.linear from the start.
 - `dropout(layer, x)` and `dropout_values(x, p)`: `layer(x)` for the model's `nn.Dropout` modules and
   `F.dropout(x, p)` for the attention weights; in CPU training the keep/drop mask is drawn 4 values from one
   64-bit random number instead of torch's one Bernoulli draw per value, which runs serially on CPU.
 """
 
 import numbers
+import os
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -24,14 +29,26 @@ from torch.autograd import forward_ad
 from torch.nn.modules import module as _module
 
 
+ONEDNN_LINEAR_VARIABLE = "SCRATCH_TRANSFORMER_ONEDNN_LINEAR"  # 0: F.linear everywhere; 1 (the default): oneDNN
+
+
 def _onednn_linear_available() -> bool:
+    """True when this torch has oneDNN's linear op and SCRATCH_TRANSFORMER_ONEDNN_LINEAR is not 0.
+    Raises ValueError for a value of that variable other than 0/1 (false/true, no/yes, off/on)."""
+    setting = os.environ.get(ONEDNN_LINEAR_VARIABLE, "1").strip().lower()
+    if setting not in ("0", "false", "no", "off", "1", "true", "yes", "on", ""):
+        raise ValueError(f"{ONEDNN_LINEAR_VARIABLE} must be 0 (F.linear everywhere) or 1 (oneDNN's linear where it "
+                         f"is faster, the default), got {os.environ[ONEDNN_LINEAR_VARIABLE]!r}")
+    if setting in ("0", "false", "no", "off"):
+        return False
     try:
         return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._linear_pointwise.default is not None
     except (AttributeError, RuntimeError):
         return False
 
 
-_ONEDNN_LINEAR = _onednn_linear_available()
+_ONEDNN_LINEAR = _onednn_linear_available()  # switched off for the process if the op fails (`_onednn_linear`)
+_ONEDNN_LINEAR_CHECKED = False  # its first product has been checked against F.linear
 
 # oneDNN has a fixed cost of up to ~11 us more per call than F.linear: they break even near 2^22 multiply-adds
 # and oneDNN wins from 2^24 (benchmarks/micro_kernels.py, 2 threads: 4 x 32 x 64: 15 against 5 us;
@@ -90,15 +107,46 @@ def linear(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         projection 256 -> 8000: 2.6 -> 1.6 ms; `python -m benchmarks.micro_kernels`), same values up to float
         rounding (summation order; about 1e-6 relative). Everything else is `layer(x)`: training, torch.func /
         forward AD, tracing and export, other dtypes and devices, builds without oneDNN,
-        `torch.backends.mkldnn.flags(enabled=False)`, quantized and other non-nn.Linear modules, hooks.
+        `torch.backends.mkldnn.flags(enabled=False)`, quantized and other non-nn.Linear modules, hooks; and, for
+        the rest of the process, everything once the oneDNN op has raised or disagreed with F.linear
+        (`_onednn_linear`: a torch that lacks or changed the private op), or with SCRATCH_TRANSFORMER_ONEDNN_LINEAR=0.
+    Warns:
+        RuntimeWarning, once, when the oneDNN op fails and F.linear takes over.
     """
     if (
         _plain_module(layer)
         and _plain_cpu_inference(x, layer.weight, layer.bias)
         and x.numel() * layer.out_features >= MIN_ONEDNN_MACS  # last: under tracing numel() is a tensor
     ):
-        return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, "none", [], "")
+        y = _onednn_linear(layer, x)
+        if y is not None:
+            return y
     return layer(x)
+
+
+def _onednn_linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor | None:
+    """oneDNN's x W^T + b, or None when its op raises (missing in this torch, or called differently) or its first
+    product disagrees with F.linear beyond float rounding: the op is private and may change with torch. Then the
+    oneDNN path is switched off for the rest of the process, with one RuntimeWarning saying why."""
+    global _ONEDNN_LINEAR, _ONEDNN_LINEAR_CHECKED
+    try:
+        y = torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, "none", [], "")
+    except Exception as error:  # any failure of the private op: the public one gives the same product
+        problem = f"raised {type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
+    else:
+        if _ONEDNN_LINEAR_CHECKED:
+            return y
+        expected = F.linear(x, layer.weight, layer.bias)
+        if (isinstance(y, torch.Tensor) and y.shape == expected.shape and y.dtype == expected.dtype
+                and torch.allclose(y, expected, rtol=1e-3, atol=1e-4, equal_nan=True)):
+            _ONEDNN_LINEAR_CHECKED = True
+            return y
+        problem = "gave another product than F.linear"
+    _ONEDNN_LINEAR = False
+    warnings.warn(f"torch {torch.__version__}: oneDNN's linear op (torch.ops.mkldnn._linear_pointwise) {problem}; "
+                  "the model's projections use F.linear from now on (the same results, slower at CPU inference)",
+                  RuntimeWarning, stacklevel=3)
+    return None
 
 
 # ======== Dropout (paper 5.4) in CPU training ========================================================

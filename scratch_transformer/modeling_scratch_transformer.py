@@ -19,18 +19,17 @@ Notation in shape comments:
     d d_model, h heads, k head dim (d / h), f d_ff, v vocabulary size, n any sequence length.
 """
 
+import functools
+import inspect
 import math
 import os
 import shutil
 
 import torch
 import torch.nn.functional as F
+import transformers
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
-from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
@@ -38,7 +37,17 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils.deprecation import deprecate_kwarg
+
+try:  # what transformers 4.54 has: the per-layer cache (Cache.layers), masking_utils, GradientCheckpointingLayer
+    from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+    from transformers.masking_utils import create_causal_mask
+    from transformers.modeling_layers import GradientCheckpointingLayer
+    from transformers.utils.deprecation import deprecate_kwarg
+
+    DynamicCache(config=None).layers
+except (ImportError, AttributeError, TypeError):
+    raise ImportError(f"scratch_transformer's model code needs transformers >= 4.54 (found {transformers.__version__}):"
+                      " pip install -U 'transformers>=4.54'") from None
 
 from .configuration_scratch_transformer import ScratchTransformerConfig
 from .kernels_scratch_transformer import (  # the same results as layer(x), F.dropout, F.cross_entropy, faster on CPU
@@ -48,6 +57,97 @@ from .kernels_scratch_transformer import (  # the same results as layer(x), F.dr
     dropout_values,
     linear,
 )
+
+# -------- The transformers this file meets: 5.x, and 4.x from 4.54
+# This file travels with the weights and runs on whatever transformers the user has. Where 4.x lacks what 5 has,
+# the fallback is chosen by looking for the feature, never by the version string; tests/test_remote_code.py loads
+# a saved model with 4.57 (this package not importable) and checks that generate() gives 5's ids (so it does, run
+# by hand, with 4.54.1, 4.55.4 and 4.56.2). Before 4.54 (no per-layer cache) it cannot work: the imports above
+# then say so in one line.
+try:
+    from transformers import initialization as init  # 5: init functions that leave loaded weights alone
+except ImportError:  # 4.x: torch's own (4.x itself skips the loaded weights)
+    from torch.nn import init
+
+# The cache's name, in generate()'s calls of forward and in the output classes: `cache` in 5, `past_key_values` in
+# 4.x. forward takes `cache`; the other name is read as it too, with a deprecation warning only where it is not
+# the installed transformers' own (4.x's generate() passes past_key_values at every step).
+CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+if CACHE_FIELD == "cache":
+    reads_past_key_values = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+else:
+
+    def reads_past_key_values(forward):
+        @functools.wraps(forward)
+        def wrapper(*args, **kwargs):
+            if "past_key_values" in kwargs:
+                kwargs["cache"] = kwargs.pop("past_key_values")
+            return forward(*args, **kwargs)
+
+        return wrapper
+
+
+def cache_field(cache: Cache | None) -> dict:
+    """{name: cache} for an output class, under the installed transformers' name for it (CACHE_FIELD)."""
+    return {CACHE_FIELD: cache}
+
+
+# 4.x's static cache writes new keys where cache_kwargs["cache_position"] says (at 0 without it); 5's cache layers
+# count their own length.
+if "cache_kwargs" in inspect.signature(DynamicCache.update).parameters:
+
+    def update_cache(cache: Cache, key: torch.Tensor, value: torch.Tensor, layer_idx: int):
+        """cache.update, with the new keys' positions: right after those the layer holds."""
+        positions = torch.arange(key.size(2), device=key.device) + cache.get_seq_length(layer_idx)
+        return cache.update(key, value, layer_idx, {"cache_position": positions})
+
+else:
+
+    def update_cache(cache: Cache, key: torch.Tensor, value: torch.Tensor, layer_idx: int):
+        """cache.update: appends key, value (b, h, n, k) to layer layer_idx; returns all its keys and values."""
+        return cache.update(key, value, layer_idx)
+
+
+if "cache" not in inspect.signature(create_causal_mask).parameters:  # 4.x: input_embeds, cache_position, past_kv
+    _create_causal_mask_v4 = create_causal_mask
+
+    def create_causal_mask(config, inputs_embeds, attention_mask, cache=None):
+        """4.x's create_causal_mask called with 5's arguments: the new tokens' positions follow the cache's."""
+        past = cache.get_seq_length() if cache is not None else 0
+        cache_position = torch.arange(inputs_embeds.size(1), device=inputs_embeds.device) + past
+        return _create_causal_mask_v4(config=config, input_embeds=inputs_embeds, attention_mask=attention_mask,
+                                      cache_position=cache_position, past_key_values=cache)
+
+
+try:
+    from transformers.masking_utils import create_bidirectional_mask
+except ImportError:  # 4.x: built from 4.x's mask interface, in the form 5 builds it
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    def create_bidirectional_mask(config, inputs_embeds, attention_mask, encoder_hidden_states=None):
+        """Queries inputs_embeds (b, t, d) may attend every key but padding: attention_mask (b, s) 1 = token.
+        None when nothing is padded (as 5's); a prepared 4-D mask is returned as it is."""
+        if attention_mask is None or attention_mask.dim() == 4:
+            return attention_mask
+        attention_mask = attention_mask.to(device=inputs_embeds.device, dtype=torch.bool)
+        if not torch.compiler.is_compiling() and bool(attention_mask.all()):
+            return None
+        return ALL_MASK_ATTENTION_FUNCTIONS[config._attn_implementation](
+            batch_size=attention_mask.size(0), kv_length=attention_mask.size(1),
+            cache_position=torch.arange(inputs_embeds.size(1), device=inputs_embeds.device),
+            mask_function=lambda batch, head, query, key: key >= 0, attention_mask=attention_mask,
+            allow_is_causal_skip=False, dtype=inputs_embeds.dtype, config=config,
+        )
+
+else:
+    if "inputs_embeds" not in inspect.signature(create_bidirectional_mask).parameters:  # early 5.x: input_embeds
+        _create_bidirectional_mask_input_embeds = create_bidirectional_mask
+
+        def create_bidirectional_mask(config, inputs_embeds, attention_mask, encoder_hidden_states=None):
+            return _create_bidirectional_mask_input_embeds(config=config, input_embeds=inputs_embeds,
+                                                           attention_mask=attention_mask,
+                                                           encoder_hidden_states=encoder_hidden_states)
+
 
 # ======== 3.1 Model Architecture (overview) ========================================================
 # An encoder maps source tokens (b, s) to representations (b, s, d); a decoder, given those and the target
@@ -262,7 +362,7 @@ class ScratchTransformerAttention(nn.Module):
             value = self._split_heads(linear(self.v_proj, source))
             if cache is not None:
                 sub_cache = cache.cross_attention_cache if is_cross else cache.self_attention_cache
-                key, value = sub_cache.update(key, value, self.layer_idx)  # self: (b, h, p + t, k); static: max len
+                key, value = update_cache(sub_cache, key, value, self.layer_idx)  # (b, h, p + t, k); static: max len
                 if is_cross:
                     cache.is_updated[self.layer_idx] = True
 
@@ -504,7 +604,7 @@ class ScratchTransformerDecoder(ScratchTransformerStack):
         layers = [ScratchTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
         super().__init__(config, embed_tokens, layers)
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the v4 name, as in transformers' models
+    @reads_past_key_values  # the v4 name, as in transformers' models
     def forward(
         self, input_ids: torch.LongTensor | None = None, encoder_hidden_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
@@ -558,7 +658,7 @@ class ScratchTransformerDecoder(ScratchTransformerStack):
         if output_hidden_states:
             all_hidden.append(hidden_states)
         output = BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, cache=cache if use_cache else None,
+            last_hidden_state=hidden_states, **cache_field(cache if use_cache else None),
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(all_self) if output_attentions else None,
             cross_attentions=tuple(all_cross) if output_attentions else None,
@@ -641,7 +741,17 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
         elif isinstance(module, ScratchTransformerPositionalEncoding):
-            init.copy_(module.table, sinusoidal_position_encoding(module.max_positions, self.config.d_model))
+            table = sinusoidal_position_encoding(module.max_positions, self.config.d_model)
+            if hasattr(init, "copy_"):
+                init.copy_(module.table, table)
+            else:  # transformers 4.x: torch.nn.init has no copy_
+                with torch.no_grad():
+                    module.table.copy_(table)
+
+    if not hasattr(PreTrainedModel, "get_encoder"):  # transformers 4.x: generate() asks the model for its encoder
+
+        def get_encoder(self) -> nn.Module:
+            return self.base_model.encoder
 
     @classmethod
     def _can_set_attn_implementation(cls) -> bool:
@@ -653,7 +763,14 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
         """HF's resize grows the input embedding (the encoder's, or the shared table) and the output projection;
         with separate tables the decoder's grows here too, to the same size. resize_token_embeddings then sets
         config.vocab_size and re-ties the output projection to the decoder's table (paper 3.4)."""
+        before = self.config.vocab_size
         encoder_embed = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if encoder_embed.num_embeddings < before:
+            import warnings
+
+            warnings.warn(f"the vocabulary shrank from {before} to {encoder_embed.num_embeddings} tokens: a tokenizer "
+                          f"of more tokens no longer fits this model (ids from {encoder_embed.num_embeddings} on have "
+                          "no embedding)", UserWarning, stacklevel=3)
         decoder = self.base_model.decoder
         if decoder.embed.embed_tokens is not encoder_embed:  # separate vocabularies: grow the decoder's table too
             old = decoder.embed.embed_tokens
@@ -678,7 +795,27 @@ class ScratchTransformerPreTrainedModel(PreTrainedModel):
         result = super().save_pretrained(save_directory, *args, **kwargs)
         if getattr(self.config, "custom_pipelines", None) and os.path.isfile(_PIPELINE_FILE):
             shutil.copy(_PIPELINE_FILE, os.path.join(save_directory, os.path.basename(_PIPELINE_FILE)))
+        _warn_if_tokenizer_larger(save_directory, self.config.vocab_size)
         return result
+
+
+def _warn_if_tokenizer_larger(folder: str, vocab_size: int) -> None:
+    """Warn when the tokenizer.json saved in `folder` has more tokens than the model's vocabulary (a model resized
+    below its tokenizer): translating text with those tokens would index past the embedding table."""
+    import json
+    import warnings
+
+    try:
+        with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as handle:
+            state = json.load(handle)
+        ids = list(state["model"]["vocab"].values()) + [token["id"] for token in state.get("added_tokens", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    if ids and max(ids) >= vocab_size:
+        warnings.warn(f"{folder}: its tokenizer.json has {max(ids) + 1} tokens but the model's vocabulary only "
+                      f"{vocab_size}: ids from {vocab_size} on have no embedding (translate.py refuses it); resize "
+                      "the model to the tokenizer or save the tokenizer it was trained with", UserWarning,
+                      stacklevel=3)
 
 
 class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
@@ -707,7 +844,7 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
             self.shared = value
             self.decoder.embed.embed_tokens = value
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the v4 name, as in transformers' models
+    @reads_past_key_values  # the v4 name, as in transformers' models
     def forward(
         self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
@@ -761,7 +898,7 @@ class ScratchTransformerModel(ScratchTransformerPreTrainedModel):
             **kwargs,
         )
         output = Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state, cache=decoder_outputs.cache,
+            last_hidden_state=decoder_outputs.last_hidden_state, **cache_field(getattr(decoder_outputs, CACHE_FIELD)),
             decoder_hidden_states=decoder_outputs.hidden_states, decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
@@ -792,7 +929,13 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
     def set_output_embeddings(self, value: nn.Linear):
         self.lm_head = value
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")  # the v4 name, as in transformers' models
+    def _tie_weights(self):
+        """Called by transformers 4.x's tie_weights only (5 ties by _tied_weights_keys): 4.x has just tied the output
+        projection to get_input_embeddings(), the encoder's table; the decoder's is the one to tie (paper 3.4)."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.decoder.embed.embed_tokens.weight
+
+    @reads_past_key_values  # the v4 name, as in transformers' models
     def forward(
         self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
@@ -850,7 +993,8 @@ class ScratchTransformerForConditionalGeneration(ScratchTransformerPreTrainedMod
         logits = linear(self.lm_head, hidden_states)  # (b, t, d) -> (b, t, v); softmax is generate()'s
         loss = cross_entropy_loss(logits, labels, num_items_in_batch, label_smoothing) if labels is not None else None
         output = Seq2SeqLMOutput(
-            loss=loss, logits=logits, cache=outputs.cache, decoder_hidden_states=outputs.decoder_hidden_states,
+            loss=loss, logits=logits, **cache_field(getattr(outputs, CACHE_FIELD)),
+            decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions, cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states, encoder_attentions=outputs.encoder_attentions,

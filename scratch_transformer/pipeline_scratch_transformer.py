@@ -33,8 +33,11 @@ def truncation_message(truncated: int, total: int, limit: int) -> str:
 
 def clean_source(text: str) -> str:
     """A source sentence as the model reads it: a newline, tab or run of spaces inside it is one space (a
-    sentence is one line of text), and no space at either end."""
-    return " ".join(text.split())
+    sentence is one line of text), no space at either end, and no format character (Unicode Cf, e.g. a zero-width
+    space: as the tokenizer's normaliser drops them since bpe-v3, for tokenizers saved before, which read <unk>)."""
+    import unicodedata
+
+    return " ".join("".join(c for c in text if unicodedata.category(c) != "Cf").split())
 
 
 def unknown_characters(tokenizer, texts) -> list[list[str]]:

@@ -6,7 +6,9 @@ result cached beside the dataset's Arrow files); the same text gives the same to
 
 Pipeline of the trained tokenizer:
 
-* normaliser: NFKC (unifies compatibility characters, e.g. a non-breaking space becomes a
+* normaliser: format characters (Unicode category Cf: a zero-width space U+200B, a soft hyphen, a byte order
+  mark, a zero-width joiner) are dropped ("Ein\\u200bMann" is "EinMann", not "Ein<unk>Mann"), then NFKC
+  (unifies compatibility characters, e.g. a non-breaking space becomes a
   plain space, "…" becomes "...", a decomposed "e" + U+0301 becomes the precomposed "é"), then every
   run of whitespace (a newline, CRLF, a tab, repeated spaces) becomes one space: "Hunde\\nim" is
   "Hunde im" (tokenizers saved before this rule keep loading as they were; the pipeline and translate.py
@@ -32,6 +34,7 @@ and the pipeline and ``inference.translate`` (translate.py) warn, naming the cha
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import string
@@ -44,7 +47,8 @@ import tokenizers
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-__all__ = ["SPECIAL_TOKENS", "BASE_ALPHABET", "train_tokenizer", "train_tokenizer_on_dataset", "tokenizer_special_ids"]
+__all__ = ["SPECIAL_TOKENS", "BASE_ALPHABET", "train_tokenizer", "train_tokenizer_on_dataset", "tokenizer_special_ids",
+           "tokenizer_fit_problem", "make_tokenizer_config_portable"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +71,10 @@ BASE_ALPHABET: tuple[str, ...] = tuple(
 )
 
 _REPLACEMENT = "▁"  # U+2581, the Metaspace word-start marker
+# The pipeline's version, part of the cache key of a tokenizer trained on a dataset: a new normaliser rule gets a new
+# one, so that a cached tokenizer of the old rule is not reused (v2: whitespace runs as one space; v3: Cf dropped).
+# A tokenizer.json saved before keeps its own normaliser, hence its ids.
+TOKENIZER_VERSION = "bpe-v3"
 
 
 def train_tokenizer(
@@ -200,7 +208,7 @@ def _cache_path(dataset, columns, max_sentences, seed, vocab_size, min_frequency
     files = getattr(dataset, "cache_files", None)
     if not files or not datasets.is_caching_enabled() or not getattr(dataset, "_fingerprint", None):
         return None
-    key = Hasher.hash(["bpe-v2", dataset._fingerprint, columns, max_sentences, seed if max_sentences else None,
+    key = Hasher.hash([TOKENIZER_VERSION, dataset._fingerprint, columns, max_sentences, seed if max_sentences else None,
                        vocab_size, min_frequency, model_max_length, sorted(set(initial_alphabet or ())),
                        tokenizers.__version__])
     return os.path.join(os.path.dirname(files[0]["filename"]), f"tokenizer-{key}.json")
@@ -227,8 +235,11 @@ def _train(texts: Iterable[str | list[str]], length: int | None, vocab_size: int
 
     specials = list(SPECIAL_TOKENS.values())
     tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    # NFKC, then any run of whitespace (a newline, CRLF, a tab) as one space: "Hunde\nim" is two words, not "Hundeim"
-    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(tokenizers.Regex(r"\s+"), " ")])
+    # format characters (Unicode Cf: a zero-width space, a soft hyphen, a byte order mark) dropped, NFKC, then any run
+    # of whitespace (a newline, CRLF, a tab) as one space: "Hunde\nim" is two words, not "Hundeim"; "Ein\u200bMann"
+    # is "EinMann", not "Ein<unk>Mann"
+    tok.normalizer = normalizers.Sequence([normalizers.Replace(tokenizers.Regex(r"\p{Cf}"), ""), normalizers.NFKC(),
+                                           normalizers.Replace(tokenizers.Regex(r"\s+"), " ")])
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=_REPLACEMENT, prepend_scheme="always")
     tok.decoder = decoders.Metaspace(replacement=_REPLACEMENT, prepend_scheme="always")
     trainer = trainers.BpeTrainer(
@@ -302,6 +313,75 @@ def tokenizer_special_ids(tok: PreTrainedTokenizerBase) -> dict[str, int]:
     if missing:
         raise ValueError(f"tokenizer has no {missing}; special tokens: {tok.special_tokens_map}")
     return out
+
+
+def tokenizer_fit_problem(config, tokenizer, own_tokenizer=None) -> str | None:
+    """Why `tokenizer` does not fit a model of `config` (a config object or its dict), or None when it does.
+
+    It does not fit when it has more tokens than the model's vocab_size (those ids have no embedding), when its
+    pad / eos / bos ids differ from the config's (the model would pad, stop or start with another token), or,
+    given the tokenizer the model was trained with (`own_tokenizer`), when its vocabulary differs from that one
+    (the same id would name another token: the embeddings read the wrong words). The message names the sizes,
+    the ids or a token whose id differs, e.g. "the tokenizer has 9000 tokens but the model's vocabulary 8000"."""
+    def value(name):
+        return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
+
+    vocab_size = value("vocab_size")
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        return (f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary {vocab_size} (vocab_size): "
+                f"ids from {vocab_size} on have no embedding")
+    for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        expected, given = value(name), getattr(tokenizer, name, None)
+        if expected is not None and given is not None and expected != given:
+            return f"the tokenizer's {name} is {given} but the model's is {expected} (special ids differ)"
+    if own_tokenizer is not None:
+        own, other = own_tokenizer.get_vocab(), tokenizer.get_vocab()
+        if own != other:
+            moved = sorted((token for token in other if own.get(token) != other[token]), key=lambda t: other[t])
+            example = next((t for t in moved if t in own), moved[0] if moved else None)
+            where = (f"e.g. {example!r} is {other[example]} here, {own[example]} in the model's own"
+                     if example in own else f"e.g. {example!r} ({other.get(example)}) is not in the model's own")
+            return (f"its vocabulary is not the one the model was trained with: {len(moved)} of {len(other)} tokens "
+                    f"have another id ({where}); the embeddings would read other words")
+    return None
+
+
+# What transformers 5 writes as the class of a tokenizer.json tokenizer, and the name transformers 4.x knows it by
+# (5 reads that name too: its transformers.PreTrainedTokenizerFast is TokenizersBackend).
+_V5_ONLY_CLASS, _PORTABLE_CLASS = "TokenizersBackend", "PreTrainedTokenizerFast"
+_MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
+
+
+def make_tokenizer_config_portable(folder: str | os.PathLike) -> bool:
+    """Make the tokenizer saved in ``folder`` load with ``AutoTokenizer`` on transformers 4.x as on 5.x.
+
+    transformers 5 writes ``"tokenizer_class": "TokenizersBackend"`` into tokenizer_config.json, a class 4.x does
+    not have ("Tokenizer class TokenizersBackend does not exist"); it becomes ``"PreTrainedTokenizerFast"``,
+    4.x's class for a tokenizer.json, which 5 loads as the same TokenizersBackend. And 4.x's class also returns
+    ``token_type_ids``, which generate() refuses: ``"model_input_names": ["input_ids", "attention_mask"]`` (what
+    5 returns) is written where none is. The main job calls this on every folder it saves (the Trainer's
+    ``save_model``); the file is replaced whole (a temporary file renamed over it).
+
+    Returns:
+        True when tokenizer_config.json was changed; False when there is none or it already loads on both.
+    """
+    path = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    changed = dict(config)
+    if changed.get("tokenizer_class") == _V5_ONLY_CLASS:
+        changed["tokenizer_class"] = _PORTABLE_CLASS
+    changed.setdefault("model_input_names", _MODEL_INPUT_NAMES)
+    if changed == config:
+        return False
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, prefix=".tokenizer_config-", suffix=".json",
+                                     delete=False) as f:
+        json.dump(changed, f, indent=2, sort_keys=True, ensure_ascii=False)
+        f.write("\n")
+    os.replace(f.name, path)
+    return True
 
 
 class _Counter:

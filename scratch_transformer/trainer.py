@@ -15,6 +15,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import seed_worker
 
 from .batching import TokenBatchSampler, padding_fraction, pair_lengths
+from .tokenization import make_tokenizer_config_portable
 from .training import WallClockBudgetCallback, budget_schedule
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,13 @@ class TranslationTrainer(Seq2SeqTrainer):
                                  "(accepts_loss_kwargs): batches of different sizes must be weighted by their tokens")
             self.token_batch_sampler = self._make_token_batch_sampler(self.train_dataset)
 
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Seq2SeqTrainer's save_model (the final folder, and each checkpoint's), then the saved tokenizer made to
+        load on transformers 4.x too (`tokenization.make_tokenizer_config_portable`)."""
+        super().save_model(output_dir, _internal_call)
+        if self.args.should_save:
+            make_tokenizer_config_portable(output_dir or self.args.output_dir)
+
     def _data_seed(self) -> int:
         return self.args.data_seed if self.args.data_seed is not None else self.args.seed
 
@@ -216,6 +224,16 @@ class TranslationTrainer(Seq2SeqTrainer):
         # every sentence is translated and scored once, in dataset order, whatever the processes and batch.
         self.gather_function = self.accelerator.gather_for_metrics
         return super().evaluation_loop(*args, **kwargs)
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # A checkpoint holds a tied weight once (lm_head.weight is the decoder's embedding): HF listed it as a
+        # "missing key" at every resume. Tied keys are left out of the warning (and tied again); others are named.
+        tied = set(getattr(self.model, "all_tied_weights_keys", None) or {})
+        missing = [key for key in load_result.missing_keys if key not in tied]
+        if len(missing) != len(load_result.missing_keys):
+            self.model.tie_weights()
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing)
+                                           if hasattr(load_result, "_replace") else load_result)
 
     def _get_eval_sampler(self, eval_dataset):
         # HF also groups evaluation batches by length when group_by_length is on, and returns the

@@ -439,17 +439,20 @@ def plot_training_curve(log_history: list[dict], path: str, metric: str = "eval_
         ax_bleu.set_ylabel("validation BLEU", color="tab:orange")
     ax_loss.set_title("Training curve")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    from .paths import save_figure
+
+    save_figure(fig, path, "training_curve", dpi=120)  # whole or not at all
     plt.close(fig)
 
 
 def write_json(path: str, data: dict) -> None:
-    """Write JSON atomically (temp file + rename), so an interruption never leaves half a file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
+    """Write JSON atomically (`paths.atomic_write`: temp file + rename), so an interruption or a full disk never
+    leaves half a file, nor a temporary one."""
+    from .paths import atomic_write
+
+    with atomic_write(path) as handle:
         json.dump(data, handle, indent=2, ensure_ascii=False)
         handle.write("\n")
-    os.replace(tmp, path)
 
 
 def count_parameters(model: torch.nn.Module, trainable_only: bool = True) -> int:

@@ -57,6 +57,7 @@ from .paths import (
     missing_path_message,
     model_folder_problem,
     unwritable_reason,
+    write_text,
 )
 from .tokenization import tokenizer_special_ids, train_tokenizer_on_dataset
 from .trainer import TranslationTrainer
@@ -181,6 +182,7 @@ def _build_model(model_args, tokenizer):
         except SafetensorError as error:  # weights cut short or corrupt (a local folder is checked before)
             raise ValueError(f"--model_name_or_path {model_args.model_name_or_path}: its model.safetensors cannot "
                              f"be read ({error})") from None
+        _check_tokenizer_fits(model_args, model, tokenizer)
         if model.config.vocab_size < len(tokenizer):
             raise ValueError(f"tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
                              f"{model.config.vocab_size}")
@@ -363,7 +365,7 @@ def _render_card(output_dir, results, model, tokenizer, model_args, data_args, t
         ),
     }
     card = render_model_card(card_values, model_args.card_template)
-    card.save(os.path.join(output_dir, "README.md"))
+    write_text(os.path.join(output_dir, "README.md"), str(card))
 
 
 def run_translation(model_args: ModelArguments, data_args: DataTrainingArguments,
@@ -442,9 +444,7 @@ def mark_finished(output_dir: str, results: dict) -> None:
     (model, card, results) and atomically, with the time, the steps and the test BLEU."""
     record = {"finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "train_steps": results.get("train_steps"),
               "test_bleu": results.get("test_bleu")}
-    temporary = os.path.join(output_dir, f".{FINISHED_FILE}.tmp")
-    write_json(temporary, record)
-    os.replace(temporary, os.path.join(output_dir, FINISHED_FILE))
+    write_json(os.path.join(output_dir, FINISHED_FILE), record)
 
 
 def finished_run(output_dir: str) -> dict | None:
@@ -592,6 +592,40 @@ def _check_model_sources(model_args) -> None:
             raise ValueError(f"{flag} {name}: no tokenizer there (tokenizer.json / tokenizer_config.json)")
         elif flag == "--config_name" and os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
             raise ValueError(f"{flag} {name}: the folder holds no config.json")
+    _check_tokenizer_fits(model_args)
+
+
+def _check_tokenizer_fits(model_args, model=None, tokenizer=None) -> None:
+    """--tokenizer_name with --model_name_or_path: the tokenizer must fit the model (`tokenizer_fit_problem`: its
+    size, special ids and, when the model's folder holds the tokenizer it was trained with, its vocabulary).
+    Checked before any data is read for local folders (their config and tokenizers only), and again on the
+    loaded model and tokenizer (a Hub id).
+
+    Raises:
+        ValueError: naming --tokenizer_name, --model_name_or_path and what differs.
+    """
+    from .tokenization import tokenizer_fit_problem
+
+    name, tokenizer_name = model_args.model_name_or_path, model_args.tokenizer_name
+    if not (name and tokenizer_name):
+        return
+    folder = os.path.expanduser(name)
+    own = None
+    if os.path.isdir(folder) and any(os.path.isfile(os.path.join(folder, file)) for file in TOKENIZER_FILES):
+        own = AutoTokenizer.from_pretrained(folder, trust_remote_code=model_args.trust_remote_code)
+    if model is not None:
+        config = model.config
+    elif os.path.isdir(folder) and os.path.isdir(os.path.expanduser(tokenizer_name)):
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
+            config = json.load(handle)
+    else:
+        return  # a Hub id: checked once loaded
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, trust_remote_code=model_args.trust_remote_code)
+    problem = tokenizer_fit_problem(config, tokenizer, own)
+    if problem:
+        raise ValueError(f"--tokenizer_name {tokenizer_name} does not fit --model_name_or_path {name}: {problem}. "
+                         f"Leave out --tokenizer_name to fine-tune with the model's own tokenizer")
 
 
 def load_data(data_args, training_args):
@@ -809,8 +843,7 @@ def test(trainer, tokenized, raw, tokenizer, data_args, decoding) -> dict:
         print(f"{split}: test BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({len(hypotheses)} sentences, "
               f"beam {decoding['num_beams']})")
         name = "generated_predictions.txt" if index == 0 else f"generated_predictions_{split}.txt"
-        with open(os.path.join(trainer.args.output_dir, name), "w", encoding="utf-8") as handle:
-            handle.write("\n".join(hypotheses) + "\n")
+        write_text(os.path.join(trainer.args.output_dir, name), "\n".join(hypotheses) + "\n")
         if index == 0:
             headline = {"scores": scores, "examples": [
                 {"source": s, "reference": r, "prediction": h}
@@ -835,7 +868,8 @@ def write_outputs(trainer, results, model_args, data_args, decoding, push_to_hub
     if not trainer.is_world_process_zero():
         return {}
     output_dir, model, args = trainer.args.output_dir, trainer.model, trainer.args
-    plot_training_curve(trainer.state.log_history, os.path.join(output_dir, "training_curve.png"))
+    if args.do_train:  # an evaluation-only run has no curve to draw (it once replaced the run's with one point)
+        plot_training_curve(trainer.state.log_history, os.path.join(output_dir, "training_curve.png"))
     with open(os.path.join(output_dir, "all_results.json"), encoding="utf-8") as handle:
         all_results = json.load(handle)
     all_results["num_parameters"] = count_parameters(model)

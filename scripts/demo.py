@@ -6,9 +6,11 @@ Examples:
     python scripts/demo.py --model user/scratch-de-en --trust_remote_code --port 8080
     python scripts/demo.py --model outputs/multi30k_de_en --write_space space/   # a folder ready to be a Space
 
-Beam size and length penalty are chosen in the page; the translation comes with the time generate() took and the
-encoder-decoder (cross) attention of the translation as a heatmap, layer and head selectable (rows: the English
-tokens produced, columns: the German tokens). The weights are the model's own (scratch_transformer.attention_maps).
+Beam size and length penalty are chosen in the page (the penalty only at beam > 1, where it applies); the
+translation comes with the time generate() took, the beam's best candidates with their scores, and an interactive
+heatmap (Plotly: tokens and weight on hover) of any of the three attentions (encoder-decoder, encoder self, decoder
+self), any layer, one head or the mean over heads. A paragraph is split into sentences, each translated on its own
+(the model learnt from single sentences). The weights are the model's own (scratch_transformer.attention_maps).
 The app sends nothing anywhere: Gradio's analytics are off and its page uses the browser's own fonts.
 On a Hugging Face Space, set the model with the variable SCRATCH_TRANSFORMER_MODEL (docs/attention_and_demo.md).
 """
@@ -26,8 +28,10 @@ from transformers import HfArgumentParser  # noqa: E402  (torch, the model and g
 
 EXAMPLES = ["Zwei Hunde spielen im Schnee.", "Ein Mann fährt mit dem Fahrrad über eine Brücke.",
             "Eine Frau mit einem roten Hut liest ein Buch im Park.", "Kinder spielen Fußball auf einer Wiese."]
-ALL_HEADS = "all heads"
+MEAN_HEADS = "mean over heads"
 MAX_BEAMS = 8
+NOTHING_TO_VIEW = ("Translate first: the attention shown is that of this session's last translation (an API client "
+                   "calls /translate, then /view, with the same Client)")
 
 
 @dataclass
@@ -46,15 +50,82 @@ class DemoArguments:
                 "package) for --model, and exit."})
 
 
-def _cross_attention_figure(maps, layer: str, head: str):
-    """The cross-attention of one layer (1-based, as the page shows it), one head or all of them."""
-    from scratch_transformer.attention_maps import plot_heads
+KINDS = {"encoder-decoder (cross)": "cross", "encoder self-attention": "encoder", "decoder self-attention": "decoder"}
+AXES = {"cross": ("English produced (query)", "German (key)"), "encoder": ("German (query)", "German (key)"),
+        "decoder": ("English produced (query)", "decoder input so far (key)")}
+MAX_CANDIDATES = 4
 
-    layer_index = int(layer) - 1
-    heads = None if head == ALL_HEADS else [int(head) - 1]
-    figure = plot_heads(maps.cross, maps.output_tokens, maps.source_tokens, layers=[layer_index], heads=heads,
-                        title=f"Encoder-decoder attention, layer {layer} (rows: English produced, columns: German)")
+
+def split_sentences(text: str) -> list[str]:
+    """A paragraph cut into sentences after . ! or ? followed by a space and a capital or a digit: the model was
+    trained on single caption-like sentences (Multi30k) and translates each one on its own."""
+    import re
+
+    parts = re.split(r"(?<=[.!?])\s+(?=[A-ZÄÖÜ0-9\"„])", text.strip())
+    return [part.strip() for part in parts if part.strip()]
+
+
+def attention_figure(maps, kind: str, layer: str, head: str):
+    """A Plotly heatmap of one attention (kind: "cross", "encoder" or "decoder") at one layer (1-based), one head
+    or the mean over heads: rows are queries, columns keys, each cell's tokens and weight shown on hover."""
+    import plotly.graph_objects as go
+
+    weights = getattr(maps, kind)  # (L, h, queries, keys)
+    layer_index = min(int(layer), weights.shape[0]) - 1
+    matrix = weights[layer_index].mean(0) if head == MEAN_HEADS else weights[layer_index, int(head) - 1]
+    import html
+
+    rows = maps.source_tokens if kind == "encoder" else maps.output_tokens
+    columns = maps.input_tokens if kind == "decoder" else maps.source_tokens
+    rows, columns = [html.escape(t) for t in rows], [html.escape(t) for t in columns]  # Plotly reads "</s>" as HTML
+    which = f"mean over {weights.shape[1]} heads" if head == MEAN_HEADS else f"head {head}"
+    name = {"cross": "Encoder-decoder attention", "encoder": "Encoder self-attention",
+            "decoder": "Decoder self-attention"}[kind]
+    hover = [[[rows[i], columns[j]] for j in range(len(columns))] for i in range(len(rows))]
+    figure = go.Figure(go.Heatmap(
+        z=matrix.tolist(), x=list(range(len(columns))), y=list(range(len(rows))), customdata=hover,
+        colorscale="Viridis", zmin=0.0, zmax=1.0, colorbar={"title": {"text": "weight"}},
+        hovertemplate="%{customdata[0]} → %{customdata[1]}<br>weight %{z:.3f}<extra></extra>"))
+    tick_size = 12 if max(len(rows), len(columns)) <= 24 else 9
+    figure.update_xaxes(tickvals=list(range(len(columns))), ticktext=columns, tickangle=-60, title=AXES[kind][1],
+                        tickfont={"size": tick_size})
+    figure.update_yaxes(tickvals=list(range(len(rows))), ticktext=rows, autorange="reversed", title=AXES[kind][0],
+                        tickfont={"size": tick_size})
+    figure.update_layout(title={"text": f"{name}, layer {layer_index + 1}, {which}", "font": {"size": 15}},
+                         height=min(max(360, 20 * len(rows) + 220), 900), margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return figure
+
+
+def translation_candidates(model, tokenizer, sentence: str, generate_kwargs: dict, limit: int = MAX_CANDIDATES):
+    """The beam's best translations (up to `limit`, one at beam 1) with the model's log-probability of each
+    (a teacher-forced forward: sum over its tokens, `</s>` included) and beam search's own score (the sum divided
+    by length ** length_penalty, what it ranks by): rows [rank, translation, log-probability, per token, beam score]."""
+    import torch
+
+    num_beams = int(generate_kwargs.get("num_beams", 1))
+    count = min(num_beams, limit)
+    source = tokenizer([sentence], return_tensors="pt", truncation=True,
+                       max_length=getattr(model.config, "max_position_embeddings", 256))
+    with torch.no_grad():
+        output = model.generate(**source, **generate_kwargs, num_return_sequences=count, return_dict_in_generate=True,
+                                output_scores=True)
+    sequences = output.sequences.cpu()  # (count, 1 + n)
+    labels = sequences[:, 1:].clone()
+    ended = (labels == model.config.eos_token_id).long().cumsum(-1)
+    labels[(ended - (labels == model.config.eos_token_id).long()) > 0] = -100  # after the first </s>: padding
+    with torch.no_grad():
+        logits = model(input_ids=source["input_ids"].expand(count, -1),
+                       attention_mask=source["attention_mask"].expand(count, -1),
+                       decoder_input_ids=sequences[:, :-1]).logits.float().cpu()  # (count, n, v)
+    log_probabilities = logits.log_softmax(-1).gather(-1, labels.clamp(min=0)[..., None])[..., 0] * (labels != -100)
+    totals, lengths = log_probabilities.sum(-1), (labels != -100).sum(-1)
+    beam_scores = getattr(output, "sequences_scores", None)
+    rows = []
+    for rank in range(count):
+        rows.append([rank + 1, tokenizer.decode(sequences[rank], skip_special_tokens=True).strip(),
+                     round(float(totals[rank]), 3), round(float(totals[rank] / lengths[rank]), 3),
+                     round(float(beam_scores[rank]), 3) if beam_scores is not None else None])
+    return rows
 
 
 def build_demo(model, tokenizer, title: str = "scratch_transformer: German → English",
@@ -65,56 +136,95 @@ def build_demo(model, tokenizer, title: str = "scratch_transformer: German → E
     from scratch_transformer.attention_maps import sentence_attention
 
     config, generation = model.config, model.generation_config
-    layers = [str(i) for i in range(1, config.decoder_layers + 1)]
-    heads = [ALL_HEADS] + [str(i) for i in range(1, config.num_heads + 1)]
+    layers = [str(i) for i in range(1, max(config.encoder_layers, config.decoder_layers) + 1)]
+    heads = [MEAN_HEADS] + [str(i) for i in range(1, config.num_heads + 1)]
     default_beams = min(max(int(generation.num_beams or 1), 1), MAX_BEAMS)
     default_penalty = float(generation.length_penalty if generation.length_penalty is not None else 1.0)
+    kinds = list(KINDS)
 
-    def translate(sentence, num_beams, length_penalty, layer, head):
-        if not sentence or not sentence.strip():
+    def sentence_choices(results):
+        return [f"{i + 1}: {result['sentence']}" for i, result in enumerate(results)]
+
+    def view(results, choice, kind, layer, head):
+        """The heatmap and the candidates of the chosen sentence of this session's last translation."""
+        if not results:  # e.g. a fresh API client (gradio_client) calling /view before /translate
+            refusal = gr.Error(NOTHING_TO_VIEW)
+            refusal.print_exception = False  # a message for the page or client, no traceback in the server's log
+            raise refusal
+        choices = sentence_choices(results)
+        result = results[choices.index(choice) if choice in choices else 0]
+        return attention_figure(result["maps"], KINDS[kind], layer, head), result["candidates"]
+
+    def translate(text, num_beams, length_penalty, kind, layer, head):
+        if not text or not text.strip():
             raise gr.Error("Type a German sentence first.")
-        kwargs = {"num_beams": int(num_beams), "length_penalty": float(length_penalty)}
+        kwargs = {"num_beams": int(num_beams)}
         if max_new_tokens is not None:
             kwargs["max_new_tokens"] = max_new_tokens
         if kwargs["num_beams"] == 1:  # settings that apply to beam search only would be refused by generate()
             kwargs["early_stopping"] = False
+        else:
+            kwargs["length_penalty"] = float(length_penalty)
+        results, seconds = [], 0.0
         try:
-            maps = sentence_attention(model, tokenizer, sentence, **kwargs)
+            for sentence in split_sentences(text):
+                maps = sentence_attention(model, tokenizer, sentence, **dict(kwargs))
+                seconds += maps.generate_seconds
+                results.append({"sentence": sentence, "maps": maps,
+                                 "candidates": translation_candidates(model, tokenizer, sentence, dict(kwargs))})
         except ValueError as error:  # e.g. settings generate() refuses: shown in the page, not a traceback
             raise gr.Error(str(error)) from None
-        timing = (f"{maps.generate_seconds * 1000:.0f} ms to translate ({len(maps.source_tokens)} source tokens, "
-                  f"{len(maps.output_tokens)} produced, beam {kwargs['num_beams']})")
-        return maps.translation, timing, _cross_attention_figure(maps, layer, head), maps
-
-    def redraw(maps, layer, head):
-        return None if maps is None else _cross_attention_figure(maps, layer, head)
+        english = " ".join(result["maps"].translation for result in results)
+        sources = sum(len(result["maps"].source_tokens) for result in results)
+        produced = sum(len(result["maps"].output_tokens) for result in results)
+        plural = "s" if len(results) > 1 else ""
+        timing = (f"{seconds * 1000:.0f} ms to translate ({len(results)} sentence{plural}, {sources} source tokens, "
+                  f"{produced} produced, beam {kwargs['num_beams']})")
+        choices = sentence_choices(results)
+        figure, candidates = view(results, choices[0], kind, layer, head)
+        return (english, timing, figure, candidates,
+                gr.update(choices=choices, value=choices[0], visible=len(choices) > 1), results)
 
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
         gr.Markdown(f"# {title}\nThe Transformer of *Attention Is All You Need*, written by hand. Type German, get "
-                    "English, and see the encoder-decoder attention: for each English token produced (row), how "
-                    "much each head looked at each German token (column).")
+                    "English, and see where the model looked: the encoder-decoder attention (for each English token "
+                    "produced, a row, the weight each German token got), the encoder's self-attention and the "
+                    "decoder's. Hover a cell for its tokens and weight. The model learnt from single caption-like "
+                    "sentences: a paragraph is split into sentences, each translated on its own.")
         with gr.Row():
             with gr.Column():
                 source = gr.Textbox(label="German", value=EXAMPLES[0], lines=2, elem_id="source")
                 with gr.Row():
-                    num_beams = gr.Slider(1, MAX_BEAMS, value=default_beams, step=1, label="beam size")
-                    length_penalty = gr.Slider(0.0, 2.0, value=default_penalty, step=0.1, label="length penalty")
+                    num_beams = gr.Slider(1, MAX_BEAMS, value=default_beams, step=1, label="beam size",
+                                          elem_id="num_beams")
+                    length_penalty = gr.Slider(0.0, 2.0, value=default_penalty, step=0.1,
+                                               label="length penalty (beam search only)",
+                                               interactive=default_beams > 1, elem_id="length_penalty")
                 button = gr.Button("Translate", variant="primary", elem_id="translate")
                 gr.Examples(EXAMPLES, inputs=source)
             with gr.Column():
                 target = gr.Textbox(label="English", interactive=False, elem_id="target")
                 timing = gr.Textbox(label="time", interactive=False, elem_id="timing")
+        candidates = gr.Dataframe(
+            headers=["rank", "translation", "log-probability", "per token", "beam score"],
+            label="the beam's best translations (log-probability: the model's, summed over the tokens; beam score: "
+                  "that sum / length ** length penalty, what beam search ranks by)",
+            interactive=False, wrap=True, column_widths=["6%", "58%", "13%", "10%", "13%"], elem_id="candidates")
         with gr.Row():
+            sentence = gr.Dropdown([], label="sentence", visible=False, elem_id="sentence",
+                                   allow_custom_value=True)  # its choices are a session's: any value reaches view()
+            kind = gr.Radio(kinds, value=kinds[0], label="attention", elem_id="kind")
             layer = gr.Dropdown(layers, value=layers[-1], label="layer", elem_id="layer")
-            head = gr.Dropdown(heads, value=ALL_HEADS, label="head", elem_id="head")
-        heatmap = gr.Plot(label="cross-attention", format="png", elem_id="heatmap")
-        state = gr.State(None)
-        inputs = [source, num_beams, length_penalty, layer, head]
-        outputs = [target, timing, heatmap, state]
+            head = gr.Dropdown(heads, value=MEAN_HEADS, label="head", elem_id="head")
+        heatmap = gr.Plot(label="attention", elem_id="heatmap")
+        state = gr.State([])
+        inputs = [source, num_beams, length_penalty, kind, layer, head]
+        outputs = [target, timing, heatmap, candidates, sentence, state]
         button.click(translate, inputs, outputs)
         source.submit(translate, inputs, outputs)
-        layer.change(redraw, [state, layer, head], heatmap)
-        head.change(redraw, [state, layer, head], heatmap)
+        num_beams.change(lambda beams: gr.update(interactive=int(beams) > 1), num_beams, length_penalty)
+        for control in (sentence, kind, layer, head):
+            control.change(view, [state, sentence, kind, layer, head], [heatmap, candidates])
     return demo
 
 
@@ -168,7 +278,7 @@ def write_space(folder: str, model: str) -> None:
     requirements = [r for r in requirements if not r.startswith("torch")]
     with open(os.path.join(folder, "requirements.txt"), "w", encoding="utf-8") as handle:
         handle.write("--extra-index-url https://download.pytorch.org/whl/cpu\ntorch\n" + "\n".join(requirements)
-                     + "\ngradio\n")
+                     + "\ngradio\nplotly\n")
     with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as handle:
         handle.write(SPACE_README.format(model=model))
     package = os.path.dirname(os.path.abspath(scratch_transformer.__file__))
@@ -199,6 +309,10 @@ def main(argv=None):
     if problem:
         parser.error(f"--model {args.model}: {problem}")
     if args.write_space:
+        from scratch_transformer.paths import space_model_problem
+
+        if space_model_problem(args.model):  # the Space loads the model by its Hub id
+            parser.error(f"--write_space {args.write_space}: {space_model_problem(args.model)}")
         try:
             write_space(args.write_space, args.model)
         except (FileExistsError, OSError) as error:
@@ -208,8 +322,9 @@ def main(argv=None):
         return None
     try:
         import gradio  # noqa: F401
-    except ImportError:
-        parser.error('the demo needs gradio: pip install ".[demo]"')
+        import plotly  # noqa: F401
+    except ImportError as error:
+        parser.error(f'the demo needs gradio and plotly ({error.name} is missing): pip install ".[demo]"')
     try:
         model, tokenizer = load_model(args.model, revision=args.revision, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError, RuntimeError, ImportError) as error:

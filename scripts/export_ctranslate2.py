@@ -42,6 +42,12 @@ def main(argv=None) -> str:
     parser = one_line_errors(HfArgumentParser(ExportArguments))
     (args,) = parser.parse_args_into_dataclasses(args=sys.argv[1:] if argv is None else argv)
     from scratch_transformer.ctranslate2_engine import check_export_target
+    from scratch_transformer.paths import split_lines
+
+    parent = os.path.dirname(os.path.abspath(os.path.expanduser(args.output_dir)))
+    if not os.path.isdir(parent):  # refused before the model is loaded, naming the missing folder
+        parser.error(f"--output_dir {args.output_dir}: its folder does not exist "
+                     f"({os.path.dirname(args.output_dir.rstrip('/')) or '.'}; make it first, or choose another)")
 
     try:
         check_export_target(args.model, args.output_dir, args.force)
@@ -52,8 +58,8 @@ def main(argv=None) -> str:
     sentences = None
     if args.check_file:
         try:
-            with open(args.check_file, encoding="utf-8-sig") as handle:
-                sentences = [line.strip() for line in handle.read().splitlines() if line.strip()]
+            with open(args.check_file, encoding="utf-8-sig", newline="") as handle:
+                sentences = [line.strip() for line in split_lines(handle.read()) if line.strip()]
         except UnicodeDecodeError as error:
             parser.error(f"--check_file {args.check_file}: not UTF-8 text (byte {error.start})")
         except OSError as error:
@@ -62,12 +68,12 @@ def main(argv=None) -> str:
             parser.error(f"--check_file {args.check_file}: no sentences in it")
     folder = os.path.expanduser(args.model)
     if not os.path.isdir(folder):
-        from scratch_transformer.paths import looks_like_local_path, missing_path_message
+        from scratch_transformer.paths import looks_like_local_path, missing_model_message
 
         if os.path.exists(folder):
             parser.error(f"--model {args.model}: a file, not a model folder")
         if looks_like_local_path(args.model):
-            parser.error(missing_path_message("--model", args.model))
+            parser.error(f"--model {args.model}: {missing_model_message(args.model)}")
     else:
         from scratch_transformer.paths import model_folder_problem
 
@@ -88,4 +94,7 @@ def main(argv=None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from scratch_transformer.paths import run_main
+
+    run_main(main, "export_ctranslate2.py", lambda: "the export is staged beside --output_dir and moved in once "
+             "complete: an earlier export there is whole; the same command starts again")

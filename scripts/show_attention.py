@@ -4,7 +4,7 @@ self-attention, the decoder's self-attention and the encoder-decoder (cross) att
 Examples:
     python scripts/show_attention.py --model outputs/multi30k_de_en "Zwei Hunde spielen im Schnee." --output attention.png
     python scripts/show_attention.py --model outputs/multi30k_de_en "Ein Mann fährt Fahrrad." --kinds cross --layers 3
-    # also the masks of a padded batch (every sentence given), the positional encoding, the run's learning rate
+    # also the masks of the padded batch of every sentence given, the positional encoding, the run's learning rate
     python scripts/show_attention.py --model outputs/multi30k_de_en "Ein Hund." "Zwei Männer spielen Fußball im Park." \
         --masks_output masks.png --positional_encoding_output pe.png --learning_rate_output lr.png
 
@@ -34,7 +34,8 @@ class ShowAttentionArguments:
     length_penalty: float | None = field(default=None, metadata={"help": "Beam search length penalty (default: the model's)."})
     max_new_tokens: int | None = field(default=None, metadata={"help": "Longest translation, in tokens."})
     masks_output: str | None = field(default=None, metadata={
-        "help": "Also draw the masks of the padded batch of all sentences given (with their translations) here."})
+        "help": "Also draw the masks the model applies to the padded batch of all sentences given (with their "
+                "translations) here; with one sentence, the short \"Ein Hund.\" joins it so that padding shows."})
     positional_encoding_output: str | None = field(default=None, metadata={
         "help": "Also draw the model's positional-encoding table (paper 3.5) here."})
     learning_rate_output: str | None = field(default=None, metadata={
@@ -44,9 +45,23 @@ class ShowAttentionArguments:
     dpi: int = field(default=120, metadata={"help": "Resolution of .png pictures."})
     revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit id)."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow the model's own code from the Hub."})
+    force: bool = field(default=False, metadata={"help": "Replace existing pictures this script did not draw."})
 
 
 FORMATS = (".png", ".pdf", ".svg")
+TOOL = "show_attention"  # the mark in its pictures: it replaces its own without --force
+OUTPUT_FLAGS = ("output", "masks_output", "positional_encoding_output", "learning_rate_output")
+PADDED_EXAMPLE = "Ein Hund."  # with one sentence given, --masks_output adds this one so the batch is padded
+
+
+def padded_batch_masks(model, tokenizer, sources, targets) -> dict:
+    """The masks the model itself applies (attention_maps.model_masks) to the padded batch sources -> targets."""
+    from scratch_transformer.attention_maps import batch_masks, model_masks
+
+    batch = batch_masks(tokenizer, sources, targets)  # the padded ids and their tokens
+    masks = model_masks(model, batch["input_ids"], batch["decoder_input_ids"], batch["attention_mask"],
+                        batch["decoder_attention_mask"])
+    return {**masks, "source_tokens": batch["source_tokens"], "target_tokens": batch["target_tokens"]}
 
 
 def _numbers(parser, flag: str, text: str | None) -> list[int] | None:
@@ -62,15 +77,18 @@ def _numbers(parser, flag: str, text: str | None) -> list[int] | None:
     return [value - 1 for value in values]
 
 
-def _check_output(parser, flag: str, path: str | None) -> None:
+def _check_output(parser, flag: str, path: str | None, force: bool = False) -> None:
     if path is None:
         return
     if os.path.splitext(path)[1].lower() not in FORMATS:
         parser.error(f"--{flag} {path}: name a {', '.join(FORMATS)} file")
     if os.path.isdir(path):
         parser.error(f"--{flag} {path}: a folder, not a file")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        parser.error(f"--{flag} {path}: its folder does not exist")
+    from scratch_transformer.paths import output_problem  # a model's files, another's picture (without --force)
+
+    problem = output_problem(path, force=force, tool=TOOL)
+    if problem:
+        parser.error(f"--{flag} {path}: {problem}")
 
 
 def main(argv=None) -> dict:
@@ -90,15 +108,19 @@ def main(argv=None) -> dict:
     for name in ("num_beams", "max_new_tokens", "dpi"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    for flag in ("output", "masks_output", "positional_encoding_output", "learning_rate_output"):
-        _check_output(parser, flag, getattr(args, flag))
+    for flag in OUTPUT_FLAGS:
+        _check_output(parser, flag, getattr(args, flag), args.force)
+    from scratch_transformer.paths import same_outputs, save_figure
+
+    clash = same_outputs({f"--{flag}": getattr(args, flag) for flag in OUTPUT_FLAGS})
+    if clash:
+        parser.error(clash)
     run = args.run or args.model
     if args.learning_rate_output and not os.path.isfile(os.path.join(run, "trainer_state.json")):
         parser.error(f"--learning_rate_output: {run} holds no trainer_state.json (give the run's output folder "
                      "with --run)")
 
     from scratch_transformer.attention_maps import (
-        batch_masks,
         load_model,
         model_problem,
         plot_learning_rate,
@@ -125,27 +147,33 @@ def main(argv=None) -> dict:
                        if getattr(args, name) is not None}
 
     maps = sentence_attention(model, tokenizer, sentences[0], **generate_kwargs)
-    plot_sentence_attention(maps, kinds=kinds, layers=layers, heads=heads).savefig(args.output, dpi=args.dpi)
+    figure = plot_sentence_attention(maps, kinds=kinds, layers=layers, heads=heads)
+    save_figure(figure, args.output, TOOL, dpi=args.dpi)
     print(f"{sentences[0]}\n-> {maps.translation}\nwrote {args.output}")
     written = {"output": args.output, "translation": maps.translation}
     if args.masks_output:
         from scratch_transformer.inference import translate
 
-        targets = translate(model, tokenizer, sentences, **generate_kwargs)
-        plot_masks(batch_masks(tokenizer, sentences, targets)).savefig(args.masks_output, dpi=args.dpi)
+        extra = PADDED_EXAMPLE if sentences[0] != PADDED_EXAMPLE else "Zwei Männer spielen Fußball im Park."
+        batch = sentences if len(sentences) > 1 else [extra, sentences[0]]  # padding shows only in a batch
+        targets = translate(model, tokenizer, batch, **generate_kwargs)
+        save_figure(plot_masks(padded_batch_masks(model, tokenizer, batch, targets)), args.masks_output, TOOL,
+                    dpi=args.dpi)
         print(f"wrote {args.masks_output}")
         written["masks_output"] = args.masks_output
     if args.positional_encoding_output:
-        plot_positional_encoding(config.d_model, min(100, config.max_position_embeddings)).savefig(
-            args.positional_encoding_output, dpi=args.dpi)
+        save_figure(plot_positional_encoding(config.d_model, min(100, config.max_position_embeddings)),
+                    args.positional_encoding_output, TOOL, dpi=args.dpi)
         print(f"wrote {args.positional_encoding_output}")
         written["positional_encoding_output"] = args.positional_encoding_output
     if args.learning_rate_output:
-        plot_learning_rate(run).savefig(args.learning_rate_output, dpi=args.dpi)
+        save_figure(plot_learning_rate(run), args.learning_rate_output, TOOL, dpi=args.dpi)
         print(f"wrote {args.learning_rate_output}")
         written["learning_rate_output"] = args.learning_rate_output
     return written
 
 
 if __name__ == "__main__":
-    main()
+    from scratch_transformer.paths import run_main
+
+    run_main(main, "show_attention.py", lambda: "each picture written is whole, none half-written")

@@ -17,6 +17,7 @@ import re
 import sys
 from pathlib import Path
 
+from scratch_transformer.paths import output_problem, split_lines, write_text
 from scratch_transformer.training import plot_training_curve
 
 
@@ -31,7 +32,11 @@ def parse_args(argv=None):
     p.add_argument("--source_lang", default="de")
     p.add_argument("--target_lang", default="en")
     p.add_argument("--docs", default=None, help="a Markdown file with <!-- samples --> ... <!-- /samples -->")
+    p.add_argument("--force", action="store_true", help="replace a --curve picture this script did not draw")
     args = p.parse_args(argv)
+    problem = args.curve and output_problem(args.curve, force=args.force, tool="training_curve")
+    if problem:
+        p.error(f"--curve {args.curve}: {problem}")
     if args.samples < 0:
         p.error(f"--samples must be >= 0, got {args.samples}")
     return args
@@ -42,8 +47,8 @@ def read_lines(folder: Path, split: str, lang: str) -> list[str]:
     for path in (folder / f"{split}.{lang}", folder / f"{split}.{lang}.gz"):
         if path.is_file():
             opener = gzip.open if path.suffix == ".gz" else open
-            with opener(path, "rt", encoding="utf-8") as handle:
-                return [line.rstrip("\r\n") for line in handle]
+            with opener(path, "rt", encoding="utf-8", newline="") as handle:
+                return split_lines(handle.read())
     raise ValueError(f"no {split}.{lang}[.gz] in {folder}")
 
 
@@ -56,7 +61,7 @@ def samples(run: Path, args) -> list[str]:
     predictions_path = run / "generated_predictions.txt"
     if not predictions_path.is_file():
         raise ValueError(f"{run} holds no generated_predictions.txt: not a finished run with a test")
-    ours = predictions_path.read_text(encoding="utf-8").splitlines()
+    ours = split_lines(predictions_path.read_text(encoding="utf-8"))
     sources = read_lines(Path(args.dataset_name), args.split, args.source_lang)
     references = read_lines(Path(args.dataset_name), args.split, args.target_lang)
     if not len(ours) == len(sources) == len(references):
@@ -87,7 +92,7 @@ def main(argv=None) -> list[str]:
         new, count = re.subn(r"<!-- samples -->.*?<!-- /samples -->", lambda _: block, text, flags=re.S)
         if count != 1:
             raise ValueError(f"{path} has no <!-- samples --> ... <!-- /samples --> block")
-        path.write_text(new, encoding="utf-8")
+        write_text(path, new)
     return lines
 
 

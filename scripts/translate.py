@@ -38,23 +38,80 @@ class TranslateArguments:
     threads: int = field(default=0, metadata={
         "help": "ctranslate2 only: CPU cores to use (0: all), one worker of one thread each; a batch is split among "
                 "them."})
+    force: bool = field(default=False, metadata={
+        "help": "Replace an existing --output_file (never the input file, nor a model folder's files)."})
+
+
+# what a run has kept so far, for the one line printed on Ctrl-C or a full disk (`kept`)
+PROGRESS = {}
 
 
 def _read_lines(path: str) -> list[str]:
+    """The lines of a UTF-8 file (a byte-order mark dropped), split by `paths.split_lines`: one per "\\n"."""
+    from scratch_transformer.paths import read_lines
+
     try:
-        with open(path, encoding="utf-8-sig") as handle:  # -sig: drop a byte-order mark if an editor wrote one
-            return handle.read().splitlines()
-    except UnicodeDecodeError as error:
-        raise SystemExit(f"{path}: not UTF-8 text (byte {error.start}: {error.object[error.start:error.start + 1]!r}); "
-                         "convert it, e.g. iconv -f latin1 -t utf-8") from None
+        return read_lines(path)
+    except ValueError as error:  # gzip, UTF-16, latin-1, binary: named as what it is
+        raise SystemExit(str(error)) from None
     except OSError as error:
         raise SystemExit(f"--input_file {path}: cannot read it ({error.strerror or error})") from None
+
+
+def kept() -> str:
+    """What an interrupted or failed run kept, and how to go on (for `paths.run_main`'s one line)."""
+    output, partial = PROGRESS.get("output_file"), PROGRESS.get("partial")
+    if not output:
+        return "nothing was written (translations go to stdout at the end; with --output_file the finished ones " \
+               "are kept and the same command goes on from them)"
+    if partial:
+        return (f"{output} is unchanged; {PROGRESS['finished']} of {PROGRESS['total']} translations kept in "
+                f"{partial}: the same command translates the rest")
+    return f"{output} is unchanged and nothing else was written; the same command starts again"
+
+
+def _partial_record(path: str, key: dict, force: bool) -> dict:
+    """The finished translations {line index: text} that an interrupted run with the same input, model and
+    settings (`key`) kept in `path`; {} when there is none. One of another run is refused, or with --force
+    replaced."""
+    import json
+
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+        finished = {int(index): text for index, text in record["translations"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        finished, record = {}, {}
+    if record.get("key") != key:
+        if force:
+            return {}
+        raise SystemExit(f"--output_file: {path} holds the translations an interrupted run kept for another input, "
+                         "model or settings; run that command again to finish it, or add --force to start afresh")
+    return finished
+
+
+def _keep_partial(path: str, key: dict, finished: dict, total: int) -> None:
+    """Write the finished translations to `path` (atomically) and record them for `kept`; nothing on failure."""
+    import json
+
+    from scratch_transformer.paths import write_text
+
+    if not finished:
+        return
+    try:
+        write_text(path, json.dumps({"key": key, "translations": {str(i): t for i, t in sorted(finished.items())}},
+                                    ensure_ascii=False))
+    except OSError:  # a full disk: the earlier partial file, if any, is whole
+        return
+    PROGRESS.update(partial=path, finished=len(finished), total=total)
 
 
 def _check_model(parser, model: str, revision: str | None) -> dict:
     """Fail at once, naming --model, unless `model` is a trained model's folder or a reachable Hub model.
     Returns extra from_pretrained arguments (local_files_only when the Hub is unreachable but the cache has it)."""
-    from scratch_transformer.paths import looks_like_local_path, missing_path_message, model_folder_problem
+    from scratch_transformer.paths import looks_like_local_path, missing_model_message, model_folder_problem
 
     folder = os.path.expanduser(model)
     if os.path.isdir(folder):
@@ -65,7 +122,7 @@ def _check_model(parser, model: str, revision: str | None) -> dict:
     if os.path.exists(folder):
         parser.error(f"--model {model}: a file, not a model folder (give a trained model's folder or a Hub id)")
     if looks_like_local_path(model):
-        parser.error(missing_path_message("--model", model))
+        parser.error(f"--model {model}: {missing_model_message(model)}")
 
     from huggingface_hub import HfApi, constants, try_to_load_from_cache
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
@@ -131,16 +188,13 @@ def main(argv=None) -> list[str]:
     if args.input_file and not os.path.isfile(args.input_file):
         what = "a folder, not a file" if os.path.isdir(args.input_file) else "no such file"
         parser.error(f"--input_file {args.input_file}: {what}")
-    if args.output_file and os.path.isdir(args.output_file):
-        parser.error(f"--output_file {args.output_file}: a folder, not a file")
-    if args.output_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.output_file))):
-        parser.error(f"--output_file {args.output_file}: its folder does not exist")
     if args.output_file:
-        from scratch_transformer.paths import unwritable_reason
+        from scratch_transformer.paths import output_problem
 
-        reason = unwritable_reason(args.output_file)  # a read-only folder: refused before decoding, not after
-        if reason:
-            parser.error(f"--output_file {args.output_file}: {reason}")
+        # its own input, a model's files, an existing file without --force, a read-only folder: before decoding
+        problem = output_problem(args.output_file, inputs=[args.input_file], force=args.force)
+        if problem:
+            parser.error(f"--output_file {args.output_file}: {problem}")
     if args.engine == "ctranslate2":
         model_folder = _check_ctranslate2_folder(parser, args.model, args.revision)
     else:
@@ -148,7 +202,9 @@ def main(argv=None) -> list[str]:
     if args.input_file:
         sentences = _read_lines(args.input_file)
     elif not sentences:
-        sentences = sys.stdin.read().removeprefix("\ufeff").splitlines()
+        from scratch_transformer.paths import split_lines
+
+        sentences = split_lines(sys.stdin.read().removeprefix("\ufeff"))
 
     from safetensors import SafetensorError
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -169,17 +225,59 @@ def main(argv=None) -> list[str]:
     except (OSError, ValueError, RuntimeError, ImportError, SafetensorError) as error:
         # SafetensorError: weights cut short or corrupt; RuntimeError: CTranslate2 cannot read its files
         parser.error(f"--model {args.model}: cannot load it: {error}")
-    translations = translate(model, tokenizer, sentences, batch_size=args.batch_size, num_beams=args.num_beams,
-                             max_new_tokens=args.max_new_tokens, max_source_length=args.max_source_length,
-                             progress=args.input_file is not None)
-    text = "".join(line + "\n" for line in translations)  # no input lines: no output lines
-    if args.output_file:
-        with open(args.output_file, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    else:
-        sys.stdout.write(text)
+    if args.engine == "torch":
+        from scratch_transformer.tokenization import tokenizer_fit_problem
+
+        problem = tokenizer_fit_problem(model.config, tokenizer)  # e.g. a vocabulary resized below the tokenizer
+        if problem:
+            parser.error(f"--model {args.model}: {problem}; resize the model to the tokenizer "
+                         f"(model.resize_token_embeddings({len(tokenizer)})) or save the tokenizer it was trained with")
+    return _translate_all(args, model, tokenizer, sentences, translate)
+
+
+def _translate_all(args, model, tokenizer, sentences, translate) -> list[str]:
+    """Translate `sentences`; with --output_file, the finished ones are kept in OUTPUT.partial.json on Ctrl-C or a
+    full disk (OUTPUT itself is written whole at the end, or not at all) and the same command goes on from them."""
+    import hashlib
+
+    from scratch_transformer.paths import atomic_write, is_disk_full
+
+    output = args.output_file
+    PROGRESS.update(output_file=output)
+    partial = f"{output}.partial.json" if output else None
+    key = {"model": os.path.abspath(args.model) if os.path.isdir(args.model) else args.model,
+           "input": hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest(), "lines": len(sentences),
+           **{name: getattr(args, name) for name in ("engine", "num_beams", "max_new_tokens", "max_source_length",
+                                                     "revision", "compute_type")}}
+    finished = _partial_record(partial, key, args.force) if output else {}
+    if finished:
+        PROGRESS.update(partial=partial, finished=len(finished), total=len(sentences))
+        print(f"going on from {partial}: {len(finished)} of {len(sentences)} translations kept", file=sys.stderr)
+    todo = [index for index in range(len(sentences)) if index not in finished]
+    done = {}
+    try:
+        fresh = translate(model, tokenizer, [sentences[i] for i in todo], batch_size=args.batch_size,
+                          num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+                          max_source_length=args.max_source_length, progress=args.input_file is not None, done=done)
+        finished.update(zip(todo, fresh))
+        translations = [finished[index] for index in range(len(sentences))]
+        text = "".join(line + "\n" for line in translations)  # no input lines: no output lines
+        if output:
+            with atomic_write(output) as handle:
+                handle.write(text)
+        else:
+            sys.stdout.write(text)
+    except BaseException as error:
+        if output and (isinstance(error, KeyboardInterrupt) or is_disk_full(error)):
+            finished.update((todo[i], text) for i, text in done.items())
+            _keep_partial(partial, key, finished, len(sentences))
+        raise
+    if partial and os.path.exists(partial):
+        os.remove(partial)
     return translations
 
 
 if __name__ == "__main__":
-    main()
+    from scratch_transformer.paths import run_main
+
+    run_main(main, "translate.py", kept)

@@ -14,10 +14,13 @@ from scratch_transformer.attention_maps import (
     batch_masks,
     learning_rates,
     load_model,
+    model_masks,
+    plot_attention_matrix,
     plot_heads,
     plot_masks,
     plot_positional_encoding,
     plot_sentence_attention,
+    positional_wavelength,
     sentence_attention,
 )
 from scratch_transformer.tokenization import train_tokenizer
@@ -212,3 +215,63 @@ def test_show_attention_refuses_a_folder_without_a_model(tmp_path, capsys):
     with pytest.raises(SystemExit):
         show_attention.main(["--model", str(tmp_path / "missing"), "Ein Hund."])
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_model_masks_are_what_the_model_applies(tiny):
+    """The masks read from inside the model (hooks on its attention layers) are the paper's: source padding for
+    the encoder and the cross-attention, causal and target padding for the decoder; and padded keys get no weight."""
+    model, tokenizer = tiny
+    batch = batch_masks(tokenizer, ["Ein Hund.", "Zwei Männer spielen Fußball."], ["A dog.", "Two men play."])
+    masks = model_masks(model, batch["input_ids"], batch["decoder_input_ids"], batch["attention_mask"],
+                        batch["decoder_attention_mask"])
+    source, target = batch["attention_mask"].bool(), batch["decoder_attention_mask"].bool()
+    t = target.size(1)
+    assert not source[0].all()  # the first sentence is padded
+    assert (masks["encoder"] == source[:, None, :]).all() and (masks["cross"] == source[:, None, :]).all()
+    assert (masks["decoder"] == (torch.ones(t, t, dtype=torch.bool).tril() & target[:, None, :])).all()
+    assert masks["raw"]["decoder"].dtype == torch.bool  # sdpa's form: True = may attend
+    model.set_attn_implementation("eager")
+    try:
+        eager = model_masks(model, batch["input_ids"], batch["decoder_input_ids"], batch["attention_mask"],
+                            batch["decoder_attention_mask"])
+    finally:
+        model.set_attn_implementation("sdpa")
+    assert set(eager["raw"]["decoder"].unique().tolist()) == {0.0, torch.finfo(torch.float32).min}  # additive
+    assert all((eager[kind] == masks[kind]).all() for kind in ("encoder", "decoder", "cross"))
+    assert model.config._attn_implementation == "sdpa" and not model.get_encoder().layers[0].self_attn._forward_pre_hooks
+    weights = attention_weights(model, batch["input_ids"], batch["decoder_input_ids"], batch["attention_mask"],
+                                batch["decoder_attention_mask"])
+    assert (weights["cross"][0][..., ~source[0]] == 0).all()
+
+
+def test_attention_matrix_picture_and_titles_that_fit(tiny):
+    model, tokenizer = tiny
+    maps = sentence_attention(model, tokenizer, "Zwei Männer spielen Fußball.")
+    mean = maps.cross[-1].mean(0)
+    figure = plot_attention_matrix(mean, maps.output_tokens, maps.source_tokens, title="mean over heads")
+    assert torch.allclose(torch.as_tensor(figure.axes[0].images[0].get_array().data), mean)
+    assert len(figure.axes[0].texts) == mean.numel()  # the values written in the cells
+    with pytest.raises(ValueError, match="labels"):
+        plot_attention_matrix(mean, maps.output_tokens[:-1], maps.source_tokens)
+    # one head: the figure is narrow, so its long title is wrapped into lines that fit instead of clipped
+    one_head = plot_sentence_attention(maps, kinds=["cross"], heads=[1])
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(one_head)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    width = one_head.bbox.width
+    for text in [one_head._suptitle, *[sub._suptitle for sub in one_head.subfigs]]:
+        box = text.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= width, text.get_text()
+        assert "\n" in text.get_text() or box.width < width
+
+
+def test_positional_encoding_picture_draws_dimensions_far_apart():
+    figure = plot_positional_encoding(d_model=128, num_positions=100)
+    labels = [line.get_label() for line in figure.axes[1].get_lines()]
+    assert labels == ["dim 0: wavelength 6", "dim 16: wavelength 20", "dim 32: wavelength 63", "dim 64: wavelength 628"]
+    assert math.isclose(positional_wavelength(33, 128), positional_wavelength(32, 128))  # a (sin, cos) pair shares one
+    # the longest wavelength is the last pair's, 2π·10000^(126/128) = 2π·8660: just under 2π·10000, as the title says
+    assert "to 2π·8660 (dims 126, 127), just under 2π·10000" in figure.axes[1].get_title()
+    assert math.isclose(positional_wavelength(127, 128), 2 * math.pi * 10000 ** (126 / 128))

@@ -17,6 +17,14 @@ Also here: mixed JSON row shapes (read), a CSV quote never closed, a JSON object
 folder does nothing and says so. scripts/export_ctranslate2.py: --force onto the model, its parent, a training run
 or an export holding other files, corrupt weights, a bad --check_file: refused, nothing deleted; scripts/translate.py:
 a newline inside a sentence and an unseen character are accepted (a space; a warning naming the character).
+
+Issue 56 (nothing lost, round three): translate.py never writes over its input, a model's or a CTranslate2 export's
+files, or an existing file without --force; splits lines on \n only; names UTF-16 and gzip input; refuses a model
+resized below its tokenizer. The training script reads YAML configs and refuses other kinds by name, takes
+--max_train_minutes alone, refuses a --tokenizer_name that does not fit the model, and an evaluation-only run names
+the files it replaces and keeps the run's curve. show_attention.py replaces only its own pictures (--force for
+others), demo.py --write_space refuses a local model, the export refuses a missing parent folder. Ctrl-C and a full
+disk (simulated) end in one line naming what was kept; the same command resumes, without "missing keys".
 """
 
 import bz2
@@ -399,6 +407,29 @@ def _catalogue(rng):
                                       setup="json_args_unknown"),
         "json-args-malformed": Case(("jsonl", None, None), argv=("{tmp}/args.json",), names=("args.json",),
                                     setup="json_args_malformed"),
+        # issue 56
+        "yaml-args": Case(("jsonl", None, None), argv=("{tmp}/args.yaml",), setup="yaml_args"),
+        "yaml-args-unknown-key": Case(("jsonl", None, None), argv=("{tmp}/args.yml",), names=("args.yml: unknown",),
+                                      setup="yaml_args_unknown"),
+        "yaml-args-malformed": Case(("jsonl", None, None), argv=("{tmp}/args.yaml",),
+                                    names=("args.yaml: not valid YAML",), setup="yaml_args_malformed"),
+        "toml-args": Case(("jsonl", None, None), argv=("{tmp}/args.toml",),
+                          names=("args.toml: a config file must be .json or .yaml",), setup="toml_args"),
+        "max_train_minutes-without-warmup": Case((rng.choice(FORMS), None, None), {"max_train_minutes": 1}),
+        "tokenizer_name-another-vocabulary": Case(
+            (rng.choice(FORMS), None, None), {"model_name_or_path": "{model}", "tokenizer_name": "{tmp}/other",
+                                              "config_overrides": None, "vocab_size": None},
+            ("--tokenizer_name {tmp}/other does not fit --model_name_or_path {model}: its vocabulary",),
+            setup="other_tokenizer"),
+        "tokenizer_name-larger-than-the-model": Case(
+            (rng.choice(FORMS), None, None), {"model_name_or_path": "{model}", "tokenizer_name": "{tmp}/other",
+                                              "config_overrides": None, "vocab_size": None},
+            ("does not fit --model_name_or_path {model}: the tokenizer has",), setup="larger_tokenizer"),
+        "eval-only-into-a-run-names-what-it-replaces": Case(
+            (rng.choice(FORMS), None, None), {"do_train": False, "model_name_or_path": "{tmp}/run",
+                                              "config_overrides": None, "vocab_size": None},
+            ("would replace README.md, all_results.json, eval_results.json, test_results.json",),
+            setup="run_with_results"),
         "accepted-folder": Case(("folder", None, None)),
         "accepted-csv": Case(("csv", None, None)),
     })
@@ -486,6 +517,21 @@ def prepare(case, tmp_path, monkeypatch, request):
 
         monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no_token"))
         monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no_tokens"))
+    elif case.setup in ("other_tokenizer", "larger_tokenizer"):  # a model, and a tokenizer that does not fit it
+        from conftest import TINY_SENTENCES
+
+        from scratch_transformer.tokenization import train_tokenizer
+
+        shutil.copytree(request.getfixturevalue("tiny_model_dir"), tmp_path / "finished_model")
+        texts = [sentence.upper() for sentence in TINY_SENTENCES] * 3 if case.setup == "other_tokenizer" else \
+            [pair[0] + " " + pair[1] for pairs in PAIRS.values() for pair in pairs]
+        train_tokenizer(texts, vocab_size=300 if case.setup == "other_tokenizer" else 600, min_frequency=1,
+                        model_max_length=64).save_pretrained(tmp_path / "other")
+    elif case.setup == "run_with_results":  # a finished run's folder
+        shutil.copytree(request.getfixturevalue("tiny_model_dir"), out)
+        for name in ("training_curve.png", "eval_results.json", "test_results.json", "all_results.json",
+                     "README.md"):
+            (out / name).write_text(f"the run's own {name}\n")
     flags = {**data_flags, **case.flags}
     flags = {k: (v.format(**paths) if isinstance(v, str) else v) for k, v in flags.items()}
     unused_sources = {k: None for k in ("dataset_name", "train_file", "validation_file", "test_file") if k not in flags}
@@ -497,6 +543,18 @@ def prepare(case, tmp_path, monkeypatch, request):
             (tmp_path / "args.json").write_text(json.dumps({**args, "bogus_key": 1}))
         elif case.setup == "json_args_malformed":
             (tmp_path / "args.json").write_text("{output_dir: 'run'}")
+        elif case.setup.startswith("yaml_args"):  # the tiny run's flags as YAML values
+            import yaml
+
+            pairs = tiny_run_flags(out, **{**RUN, **unused_sources, **data_flags})
+            values = {key[2:]: yaml.safe_load(value) for key, value in zip(pairs[::2], pairs[1::2])}
+            if case.setup == "yaml_args_unknown":
+                values["bogus_key"] = 1
+            text = yaml.safe_dump(values) if case.setup != "yaml_args_malformed" else "output_dir: [run\n"
+            (tmp_path / ("args.yml" if case.setup == "yaml_args_unknown" else "args.yaml")).write_text(text)
+        elif case.setup == "toml_args":
+            (tmp_path / "args.toml").write_text(f'output_dir = "{out}"\n')
+    paths["out"] = str(out)
     names = [n.format(**paths) for name in case.names for n in (data_names if name == "<data>" else [name])]
     return argv, out, names
 
@@ -653,9 +711,43 @@ def _translate_cases():
         "model-corrupt-weights-header": (["Ein Hund."], ("bad_header",), "model:{tmp}/bad_header", ""),
         "latin1+bad-beams": (["--input_file", "{tmp}/latin1.txt", "--num_beams", "0"], ("--num_beams", "latin1.txt"),
                              "latin1", ""),
+        # issue 56: nothing lost, lines split one way, the file named as what it is, a tokenizer that does not fit
+        "output_file-is-the-input": (["--input_file", "{tmp}/de.txt", "--output_file", "{tmp}/de.txt"],
+                                     ("--output_file {tmp}/de.txt: is the input file",), "", ""),
+        "output_file-is-the-input-forced": (["--input_file", "{tmp}/de.txt", "--output_file", "{tmp}/de.txt",
+                                             "--force"], ("is the input file",), "", ""),
+        "output_file-a-model's-config": (["--output_file", "{tmp}/m/config.json", "--force", "true", "Ein Hund."],
+                                         ("--output_file {tmp}/m/config.json: is a file of a model",), "", ""),
+        "output_file-a-model's-tokenizer": (["--output_file", "{tmp}/m/tokenizer.json", "Ein Hund."],
+                                            ("is a file of a model",), "", ""),
+        "output_file-an-export's-config": (["--output_file", "{tmp}/ct2/config.json", "--force", "true", "Ein Hund."],
+                                           ("is a file of a CTranslate2 export",), "", ""),
+        "output_file-exists": (["--output_file", "{tmp}/earlier.txt", "Ein Hund."],
+                               ("--output_file {tmp}/earlier.txt: already exists (add --force",), "", ""),
+        "ok-output_file-exists-forced": (["--output_file", "{tmp}/earlier.txt", "--force", "true", "Ein Hund."], (),
+                                         "", ""),
+        "ok-unicode-line-separators": (["--input_file", "{tmp}/separators.txt", "--output_file", "{tmp}/out.txt"],
+                                       (), "", ""),  # 6 lines; str.splitlines() made 10
+        "input_file-utf16-named": (["--input_file", "{tmp}/utf16.txt"], ("utf16.txt: UTF-16 text",), "", ""),
+        "input_file-utf16-no-bom": (["--input_file", "{tmp}/utf16le.txt"], ("utf16le.txt: UTF-16 text",), "", ""),
+        "input_file-gzip": (["--input_file", "{tmp}/de.txt.gz"], ("de.txt.gz: gzip-compressed",), "", ""),
+        "model-vocabulary-below-its-tokenizer": (["Ein Hund läuft über die Wiese."],
+                                                 ("the tokenizer has", "model's vocabulary 20"),
+                                                 "model:{tmp}/resized", ""),
+        # issue 54: a model not trained yet (run from a folder without it) is named, not looked for on the Hub
+        "model-not-trained-yet": (["Ein Hund."], (MISSING_MODELS["outputs/multi30k_de_en"],),
+                                  "model:outputs/multi30k_de_en", ""),
+        "model-walkthrough-not-run-yet": (["Ein Hund."], (MISSING_MODELS["docs/walkthrough_pictures/model"],),
+                                          "model:docs/walkthrough_pictures/model", ""),
     }
 
 
+# a local-looking --model that does not exist (relative to a folder without it) -> the one line each script prints
+MISSING_MODELS = {
+    name: f"--model {name}: no such folder (train it first: {command}; or give a Hub id)" for name, command in (
+        ("outputs/multi30k_de_en", "python scripts/train_translation.py configs/multi30k_de_en.json"),
+        ("outputs/my_run", "python scripts/train_translation.py configs/multi30k_de_en.json --output_dir outputs/my_run"),
+        ("docs/walkthrough_pictures/model", "python docs/walkthrough.py"))}
 TRANSLATE_CASES = _translate_cases()
 
 
@@ -675,8 +767,11 @@ def read_only_folder(tmp_path, request) -> str:
 
 
 @pytest.mark.parametrize("args, names, setup", [_translate_param(n, s) for n, s in TRANSLATE_CASES.items()])
-def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_model_dir, tmp_path, capsys, request):
+def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_model_dir, tmp_path, capsys, request,
+                                                    monkeypatch):
     paths = {"tmp": str(tmp_path), "read_only": read_only_folder(tmp_path, request)}
+    if setup.startswith("model:") and not setup.startswith("model:{"):  # a relative name: from a folder without it
+        monkeypatch.chdir(tmp_path)
     model = str(tiny_model_dir)
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "bom.txt").write_bytes("\ufeffEin Hund.\r\nZwei Männer.\r\n".encode("utf-8"))
@@ -693,24 +788,62 @@ def test_translate_script_refuses_bad_input_by_name(args, names, setup, tiny_mod
     (tmp_path / "corrupt_config" / "config.json").write_text('{"model_type": "scratch_transformer", ')
     weights = tmp_path / "cut_weights" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:200])
+    write_issue_56_inputs(tmp_path, tiny_model_dir, setup)
     if setup.startswith("model:"):
         model = setup[len("model:"):].format(**paths)
     argv = ["--model", model, *[a.format(**paths) for a in args]]
     output = next((argv[i + 1] for i, a in enumerate(argv) if a == "--output_file"), None)
+    before = snapshot(tmp_path)
     try:
         result = translate_script.main(argv)
     except SystemExit as error:
         message = _message(error, capsys)
         assert names, f"refused: {message}"
-        assert any(name in message for name in names), f"the message names none of {names}: {message}"
-        if output and not os.path.isdir(output):
-            assert not os.path.exists(output), "a partial output file was written"
+        assert any(name.format(**paths) in message for name in names), f"the message names none of {names}: {message}"
+        assert "\n" not in message.strip() and "Traceback" not in message
+        assert snapshot(tmp_path) == before, "a file was written or changed"
         return
     assert not names, f"accepted, but should have been refused naming one of {names}"
     assert isinstance(result, list)
+    source = next((argv[i + 1] for i, a in enumerate(argv) if a == "--input_file"), None)
+    if source:  # one line is what ends in \n: as many translations as lines, whatever else the lines hold
+        assert len(result) == Path(source).read_bytes().count(b"\n")
     if output:
-        with open(output, encoding="utf-8") as handle:
-            assert len(handle.read().splitlines()) == len(result)
+        with open(output, encoding="utf-8", newline="") as handle:
+            assert handle.read().count("\n") == len(result)
+        assert not [name for name in os.listdir(os.path.dirname(output)) if name.endswith(".tmp")]
+
+
+SEPARATED = ["Ein Hund\u2028läuft.", "Zwei\x0cMänner.", "Eine Frau\x85sitzt.", "Ein Kind\rspielt.",
+             "Ein Mann\x1efährt.", "Eine Katze\u2029schläft."]  # 6 lines by \n; str.splitlines() gives 12
+
+
+def write_issue_56_inputs(tmp_path, tiny_model_dir, setup=""):
+    """The files issue 56's cases read: a German input, an earlier output, a copy of the model, a fake CTranslate2
+    export (config.json + model.bin), lines holding other separators, UTF-16 without a byte-order mark, gzip,
+    and (setup model:{tmp}/resized) the model with its vocabulary resized below its tokenizer."""
+    (tmp_path / "de.txt").write_text("Ein Hund.\nZwei Männer.\n", encoding="utf-8")
+    (tmp_path / "earlier.txt").write_text("my earlier translation\n", encoding="utf-8")
+    shutil.copytree(tiny_model_dir, tmp_path / "m")
+    (tmp_path / "ct2").mkdir()
+    (tmp_path / "ct2" / "config.json").write_text("{}")
+    (tmp_path / "ct2" / "model.bin").write_bytes(b"\0" * 16)
+    (tmp_path / "separators.txt").write_bytes("".join(line + "\n" for line in SEPARATED).encode("utf-8"))
+    (tmp_path / "utf16le.txt").write_bytes("Ein Hund.\n".encode("utf-16-le"))
+    (tmp_path / "de.txt.gz").write_bytes(gzip.compress("Ein Hund.\n".encode("utf-8")))
+    if setup == "model:{tmp}/resized":
+        import warnings
+
+        from transformers import AutoModelForSeq2SeqLM
+
+        shutil.copytree(tiny_model_dir, tmp_path / "resized")
+        model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "resized")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.resize_token_embeddings(20)
+            model.save_pretrained(tmp_path / "resized")
+        said = " ".join(str(w.message) for w in caught)
+        assert "the vocabulary shrank from" in said and "tokenizer.json has" in said, said  # warned at save
 
 
 def test_the_catalogue_is_large_and_seeded():
@@ -774,6 +907,8 @@ EXPORT_CASES = {
                            ("quantization",), ""),
     "output_dir-read-only": (["--model", "{model}", "--output_dir", "{read_only}/ct2"],
                              ("--output_dir {read_only}/ct2: cannot write there",), ""),
+    "output_dir-parent-missing": (["--model", "{model}", "--output_dir", "{tmp}/nodir/x"],
+                                  ("--output_dir {tmp}/nodir/x: its folder does not exist",), ""),
     "ok-force-onto-an-earlier-export": (["--model", "{model}", "--output_dir", "{tmp}/export", "--force",
                                          "--quantization", "int8", "--check_file", "{tmp}/check.de"], (), "export"),
 }
@@ -839,3 +974,238 @@ def test_a_push_that_fails_after_training_keeps_the_run_and_the_same_command_pus
         (folder, repo_id)) or "abc123")
     assert train_translation.main(argv) == {"finished": True, "output_dir": str(out), "hub_commit": "abc123"}
     assert pushed == [(str(out), "user/pushed-later")] and len(steps_run) == 2
+
+
+# ------------------------------------------------------------------------------------------- issue 56: pictures
+
+
+SHOW_ATTENTION_CASES = {
+    # name: (argv after --model and the sentence, names the refusal must give (empty: must succeed))
+    "output-onto-the-run's-training-curve": (["--output", "{tmp}/m/training_curve.png"],
+                                             ("--output {tmp}/m/training_curve.png: already exists (add --force",)),
+    "output-onto-another-picture": (["--output", "{tmp}/mine.png"], ("--output {tmp}/mine.png: already exists",)),
+    "pe-onto-another-picture": (["--output", "{tmp}/a.png", "--positional_encoding_output", "{tmp}/mine.png"],
+                                ("--positional_encoding_output {tmp}/mine.png: already exists",)),
+    "output-and-masks-the-same-file": (["--output", "{tmp}/a.png", "--masks_output", "{tmp}/a.png"],
+                                       ("--masks_output {tmp}/a.png: the same file as --output",)),
+    "ok-output-onto-another-picture-forced": (["--output", "{tmp}/mine.png", "--force", "true"], ()),
+    "ok-output-onto-its-own-picture": (["--output", "{tmp}/drawn.png"], ()),
+}
+
+
+@pytest.mark.parametrize("args, names", [pytest.param(*spec, id=name) for name, spec in SHOW_ATTENTION_CASES.items()])
+def test_show_attention_writes_only_its_own_pictures(args, names, tiny_model_dir, tmp_path, capsys):
+    """Issue 56: --output onto the run's training_curve.png, any picture it did not draw, or two outputs naming
+    one file, are refused before drawing, naming the flag; nothing changes. A picture it drew itself (its mark in
+    the file) is replaced without --force, atomically (no temporary file left)."""
+    show_attention = load_script("show_attention")
+    shutil.copytree(tiny_model_dir, tmp_path / "m")
+    (tmp_path / "m" / "training_curve.png").write_bytes(b"\x89PNG the run's own curve")
+    (tmp_path / "mine.png").write_bytes(b"\x89PNG my picture")
+    show_attention.main(["--model", str(tiny_model_dir), "Ein Hund.", "--output", str(tmp_path / "drawn.png")])
+    capsys.readouterr()
+    paths = {"tmp": str(tmp_path)}
+    before = snapshot(tmp_path)
+    try:
+        written = show_attention.main(["--model", str(tiny_model_dir), "Ein Hund.", *[a.format(**paths) for a in args]])
+    except SystemExit:
+        message = capsys.readouterr().err.strip().splitlines()[-1]
+        assert names, f"refused: {message}"
+        assert any(name.format(**paths) in message for name in names), message
+        assert snapshot(tmp_path) == before, "a file was written or changed"
+        return
+    assert not names, f"accepted, but should have been refused naming one of {names}"
+    assert Path(written["output"]).read_bytes()[:4] == b"\x89PNG"
+    assert b"scratch_transformer show_attention" in Path(written["output"]).read_bytes()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("script, argv", [("show_attention", ["Ein Hund."]), ("demo", []),
+                                          ("export_ctranslate2", ["--output_dir", "ct2"])])
+@pytest.mark.parametrize("name", list(MISSING_MODELS))
+def test_scripts_name_a_model_folder_not_made_yet(script, argv, name, tmp_path, monkeypatch, capsys):
+    """Issue 54: `--model outputs/multi30k_de_en` before the main job ran (or the walk-through's model before the
+    walk-through) once became a Hub request ("couldn't connect to 'https://huggingface.co'"): now one line says the
+    folder is missing and which command makes it, before anything is loaded; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        load_script(script).main(["--model", name, *argv])
+    assert ended.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].endswith(f": error: {MISSING_MODELS[name]}") and "Traceback" not in "\n".join(lines), lines
+    assert not list(tmp_path.iterdir())
+
+
+def test_demo_write_space_refuses_a_local_model_path(tiny_model_dir, tmp_path, capsys):
+    """Issue 56: a Space written for --model ../models/main would load a path that does not exist there."""
+    demo = load_script("demo")
+    with pytest.raises(SystemExit):
+        demo.main(["--model", str(tiny_model_dir), "--write_space", str(tmp_path / "space")])
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--model {tiny_model_dir} is a local folder, which will not exist on the Space" in message, message
+    assert "give that Hub id as --model" in message and not (tmp_path / "space").exists()
+
+
+# ------------------------------------------------------------------------------------------- issue 56: Ctrl-C, full disk
+
+
+def _one_line(run, capsys):
+    """Run `run` (a script's main through paths.run_main); returns (exit code, the one stderr line)."""
+    with pytest.raises(SystemExit) as ended:
+        run()
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip()]
+    assert lines and "Traceback" not in "\n".join(lines)
+    return ended.value.code, lines[-1]
+
+
+def test_translate_ctrl_c_keeps_the_finished_translations_and_the_same_command_goes_on(tiny_model_dir, tmp_path,
+                                                                                      monkeypatch, capsys):
+    """Ctrl-C after 2 of 5 lines: the earlier output file is whole, the 2 translations are kept, one line says so;
+    the same command translates only the 3 others and writes the whole output."""
+    import scratch_transformer.inference as inference
+    from scratch_transformer.paths import run_main
+
+    real = inference.translate
+    source, output = tmp_path / "de.txt", tmp_path / "en.txt"
+    source.write_text("".join(f"Ein Hund {i}.\n" for i in range(5)), encoding="utf-8")
+    output.write_text("earlier\n", encoding="utf-8")
+    argv = ["--model", str(tiny_model_dir), "--input_file", str(source), "--output_file", str(output), "--force",
+            "true", "--batch_size", "1"]
+
+    def interrupted(model, tokenizer, sentences, done=None, **kwargs):
+        finished = {}
+        real(model, tokenizer, sentences[:2], done=finished, **kwargs)
+        done.update(finished)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inference, "translate", interrupted)
+    code, line = _one_line(lambda: run_main(lambda: translate_script.main(argv), "translate.py",
+                                            translate_script.kept), capsys)
+    assert code == 130 and line == (f"translate.py: interrupted; {output} is unchanged; 2 of 5 translations kept in "
+                                    f"{output}.partial.json: the same command translates the rest"), line
+    assert output.read_text() == "earlier\n" and not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    asked = []
+    monkeypatch.setattr(inference, "translate", lambda model, tokenizer, sentences, **kwargs: asked.append(
+        list(sentences)) or real(model, tokenizer, sentences, **kwargs))
+    translate_script.PROGRESS.clear()
+    result = translate_script.main(argv)
+    assert asked == [[f"Ein Hund {i}." for i in range(2, 5)]] and len(result) == 5
+    assert output.read_text(encoding="utf-8") == "".join(t + "\n" for t in result)
+    assert not (tmp_path / "en.txt.partial.json").exists()
+
+
+def test_translate_on_a_full_disk_leaves_the_earlier_output_whole(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """The write fails with ENOSPC (a full disk, simulated): one line, no traceback, the earlier file whole, no
+    partial or temporary file."""
+    import errno
+
+    from scratch_transformer import paths
+    from scratch_transformer.paths import run_main
+
+    output = tmp_path / "en.txt"
+    output.write_text("earlier\n", encoding="utf-8")
+
+    def full(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(paths.os, "fsync", full)
+    argv = ["--model", str(tiny_model_dir), "--output_file", str(output), "--force", "true", "Ein Hund."]
+    translate_script.PROGRESS.clear()
+    code, line = _one_line(lambda: run_main(lambda: translate_script.main(argv), "translate.py",
+                                            translate_script.kept), capsys)
+    assert code == 1 and line.startswith("translate.py: error: no space left on device") and \
+        f"{output} is unchanged" in line, line
+    assert output.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == ["en.txt"]
+
+
+@pytest.mark.parametrize("failure", ["ctrl-c", "full-disk"])
+def test_training_interrupted_says_what_was_kept_and_resumes_quietly(failure, tmp_path, monkeypatch, capsys):
+    """Ctrl-C at the third step, or torch's 'unexpected pos' from a full disk at the second save: one line naming
+    the checkpoint kept and how to resume. The same command resumes from it without HF's "missing keys
+    ['lm_head.weight']" (a tied weight, saved once)."""
+    import transformers
+
+    from scratch_transformer.paths import run_main
+
+    out = tmp_path / "run"
+    argv = tiny_run_flags(out, save_strategy="steps", save_steps=1, num_beams=1, max_steps=3, do_eval=False,
+                          do_predict=False)
+    steps, original_step = [], transformers.Trainer.training_step
+    original_save = transformers.Trainer._save_checkpoint
+
+    def step(self, *args, **kwargs):
+        steps.append(1)
+        if failure == "ctrl-c" and len(steps) == 3:
+            raise KeyboardInterrupt
+        return original_step(self, *args, **kwargs)
+
+    def save(self, *args, **kwargs):
+        if failure == "full-disk" and self.state.global_step == 2:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4416 vs 4304")
+        return original_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "training_step", step)
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", save)
+    code, line = _one_line(lambda: run_main(lambda: train_translation.main(argv), "train_translation.py",
+                                            train_translation.kept), capsys)
+    kept = "checkpoint-2" if failure == "ctrl-c" else "checkpoint-1"
+    start = "interrupted" if failure == "ctrl-c" else "error: no space left on device"
+    assert code == (130 if failure == "ctrl-c" else 1) and line.startswith(f"train_translation.py: {start}"), line
+    assert f"{out} keeps {kept}, the last complete checkpoint" in line and "same command resumes" in line, line
+    warned = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda message, *a, **k: warned.append(str(message)))
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", original_save)
+    train_translation.main(argv)
+    assert (out / "model.safetensors").is_file() and not [w for w in warned if "missing keys" in w], warned
+
+
+def test_an_evaluation_only_run_into_a_run_keeps_its_curve_and_names_what_it_replaces(tmp_path, tiny_model_dir,
+                                                                                      caplog):
+    """--no_do_train --model_name_or_path RUN --output_dir RUN --overwrite_output_dir: the run's training curve
+    is kept (it was replaced by a one-point plot), and the warning names the results it replaces."""
+    import logging
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run)
+    (run / "training_curve.png").write_bytes(b"\x89PNG the run's curve")
+    (run / "eval_results.json").write_text('{"eval_bleu": 1.0}\n')
+    flags, _ = write_data(tmp_path / "data", "jsonl")
+    argv = tiny_run_flags(run, **{**RUN, **flags, "config_overrides": None, "vocab_size": None, "do_train": False,
+                                  "model_name_or_path": str(run), "overwrite_output_dir": True,
+                                  "dataset_name": None})
+    with caplog.at_level(logging.WARNING):
+        train_translation.main(argv)
+    assert (run / "training_curve.png").read_bytes() == b"\x89PNG the run's curve"
+    assert (run / "model.safetensors").read_bytes() == (tiny_model_dir / "model.safetensors").read_bytes()
+    assert f"replacing eval_results.json" in caplog.text, caplog.text
+    assert (run / "test_results.json").is_file()
+
+
+def test_a_zero_width_space_is_dropped_by_new_and_earlier_tokenizers(tiny_model_dir, tmp_path, capsys):
+    """'Ein\\u200bMann' once read 'Ein<unk>Mann' and changed the translation. A new tokenizer's normaliser drops
+    format characters (Unicode Cf); a tokenizer saved before (normaliser NFKC + whitespace runs) keeps its
+    tokenizer.json and its ids, and translate.py drops them before it (clean_source)."""
+    import json
+
+    from tokenizers import Regex, normalizers
+    from transformers import AutoTokenizer
+
+    from conftest import TINY_SENTENCES
+
+    new = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for cf in ("\u200b", "\u00ad", "\u2060", "\ufeff"):
+        assert new(f"Ein{cf}Hund läuft.")["input_ids"] == new("EinHund läuft.")["input_ids"]
+    shutil.copytree(tiny_model_dir, tmp_path / "old")
+    new.backend_tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(),
+                                                             normalizers.Replace(Regex(r"\s+"), " ")])
+    new.save_pretrained(tmp_path / "old")  # as saved before bpe-v3
+    old = AutoTokenizer.from_pretrained(tmp_path / "old")
+    assert [n["type"] for n in json.loads(old.backend_tokenizer.to_str())["normalizer"]["normalizers"]] == [
+        "NFKC", "Replace"]
+    fresh = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for sentence in TINY_SENTENCES:
+        assert old(sentence)["input_ids"] == fresh(sentence)["input_ids"]  # the same ids as ever
+    assert old.unk_token_id in old("Ein\u200bHund läuft.")["input_ids"]  # the tokenizer itself is unchanged
+    translations = translate_script.main(["--model", str(tmp_path / "old"), "--num_beams", "1",
+                                          "Ein\u200bHund läuft.", "EinHund läuft."])
+    assert translations[0] == translations[1]

@@ -70,6 +70,20 @@ def test_card_code_names_the_repo_and_asks_for_remote_code():
             assert '"user/tiny"' in call and "trust_remote_code=True" in call, call
 
 
+def test_card_names_the_transformers_the_code_runs_on_and_the_versions_it_was_trained_with():
+    import torch
+    import transformers
+
+    from scratch_transformer.card import render_model_card
+
+    text = " ".join(render_model_card(card_values("user/tiny")).content.split())
+    assert "It runs on transformers 4.54 or newer, 4.x and 5.x alike" in text  # tests/test_remote_code.py
+    assert (f"this model was trained and scored with transformers {transformers.__version__} and torch "
+            f"{torch.__version__}.") in text
+    given = render_model_card({**card_values("user/tiny"), "transformers_version": "5.0.0", "torch_version": "2.4.0"})
+    assert "with transformers 5.0.0 and torch 2.4.0." in " ".join(given.content.split())
+
+
 def test_card_code_runs_as_printed_without_the_package_or_a_prompt(tiny_model_dir, tmp_path):
     from scratch_transformer.card import render_model_card
     from scratch_transformer.inference import translate

@@ -3,6 +3,9 @@
 the model's projections are plain nn.Linear, so torch's int8 `quantize_dynamic` converts them all."""
 
 import copy
+import re
+import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -142,6 +145,115 @@ def test_linear_leaves_other_uses_to_the_module(onednn_calls):
     with torch.no_grad():
         linear(fresh, x)  # and the fast path is still there for a plain layer
     assert len(onednn_calls) == (1 if _ONEDNN_LINEAR else 0)
+
+
+# -------- the private oneDNN op degrades to F.linear, never breaks
+
+
+@pytest.fixture
+def onednn_state(monkeypatch):
+    """The oneDNN path's process-wide state, given back after the test (a failing op switches it off); every
+    product big enough for it (threshold 0)."""
+    monkeypatch.setattr(kernels, "_ONEDNN_LINEAR", kernels._ONEDNN_LINEAR)
+    monkeypatch.setattr(kernels, "_ONEDNN_LINEAR_CHECKED", False)
+    monkeypatch.setattr(kernels, "MIN_ONEDNN_MACS", 0)
+
+
+def model_outputs(model, inputs):
+    """Logits (b, t, v) of a teacher-forced pass, and greedy and beam ids, at fp32 CPU inference."""
+    input_ids, attention_mask, decoder_input_ids = inputs
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    settings = {"attention_mask": attention_mask, "max_new_tokens": 8, "do_sample": False}
+    return logits, model.generate(input_ids, **settings), model.generate(input_ids, num_beams=3, **settings)
+
+
+def test_forced_fallback_gives_the_kernel_paths_outputs(onednn_calls, onednn_state, monkeypatch):
+    """Switched off (what SCRATCH_TRANSFORMER_ONEDNN_LINEAR=0 does at import), no projection runs oneDNN's op and
+    the model gives the kernel path's logits, up to float rounding (summation order), and its generate() ids."""
+    from helpers import make_tiny_lm, make_tiny_lm_inputs
+
+    if not _ONEDNN_LINEAR:
+        pytest.skip("this torch build has no oneDNN linear: there is no kernel path to compare with")
+    model, inputs = make_tiny_lm(), make_tiny_lm_inputs()
+    kernel_logits, kernel_greedy, kernel_beam = model_outputs(model, inputs)
+    assert len(onednn_calls) > 100  # every projection of every step took the kernel path
+    onednn_calls.clear()
+    monkeypatch.setattr(kernels, "_ONEDNN_LINEAR", False)
+    logits, greedy, beam = model_outputs(model, inputs)
+    assert onednn_calls == []
+    torch.testing.assert_close(logits, kernel_logits, rtol=1e-5, atol=1e-5)
+    assert torch.equal(greedy, kernel_greedy) and torch.equal(beam, kernel_beam)
+    assert len({tuple(row) for row in greedy.tolist()}) > 1  # ids that depend on the source: a real comparison
+
+
+def test_onednn_switch_is_read_from_the_environment(monkeypatch):
+    """SCRATCH_TRANSFORMER_ONEDNN_LINEAR=0 (off, false, no) switches the oneDNN path off; 1 or nothing leaves it as
+    the build allows; any other value is refused, in one line naming the variable."""
+    monkeypatch.delenv(kernels.ONEDNN_LINEAR_VARIABLE, raising=False)
+    available = kernels._onednn_linear_available()
+    for value in ("1", "on", " TRUE ", ""):
+        monkeypatch.setenv(kernels.ONEDNN_LINEAR_VARIABLE, value)
+        assert kernels._onednn_linear_available() == available
+    for value in ("0", "off", "False", "no"):
+        monkeypatch.setenv(kernels.ONEDNN_LINEAR_VARIABLE, value)
+        assert kernels._onednn_linear_available() is False
+    monkeypatch.setenv(kernels.ONEDNN_LINEAR_VARIABLE, "fast")
+    with pytest.raises(ValueError, match=r"^SCRATCH_TRANSFORMER_ONEDNN_LINEAR must be 0 \(F.linear everywhere\) or 1 "
+                                         r"\(oneDNN's linear where it is faster, the default\), got 'fast'$"):
+        kernels._onednn_linear_available()
+
+
+@QUIET
+def test_linear_falls_back_to_f_linear_when_the_private_op_is_missing_raises_or_changes(onednn_state, monkeypatch):
+    """A torch without the op, with a changed signature (it raises) or changed semantics (its first product
+    disagrees with F.linear): linear() gives F.linear's product, warns once, and leaves the op alone from then on;
+    the whole model then gives exactly the forced fallback's logits."""
+    from helpers import make_tiny_lm, make_tiny_lm_inputs
+
+    torch.manual_seed(0)
+    layer, x = nn.Linear(32, 48), torch.randn(3, 4, 32)
+    calls = []
+
+    def raising(*args):
+        calls.append(1)
+        raise RuntimeError("mkldnn::_linear_pointwise() expected at most 5 argument(s) but received 6 argument(s)")
+
+    def without_bias(x, weight, bias, *args):
+        calls.append(1)
+        return nn.functional.linear(x, weight)
+
+    for op, problem in ((raising, r"raised RuntimeError: mkldnn::_linear_pointwise\(\) expected at most 5"),
+                        (without_bias, "gave another product than F.linear")):
+        monkeypatch.setattr(kernels, "_ONEDNN_LINEAR", True)
+        monkeypatch.setattr(kernels, "_ONEDNN_LINEAR_CHECKED", False)
+        monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", op)
+        calls.clear()
+        message = (rf"^torch {re.escape(torch.__version__)}: oneDNN's linear op \(torch.ops.mkldnn._linear_pointwise\) "
+                   rf"{problem}.*; the model's projections use F.linear from now on")
+        with torch.no_grad(), pytest.warns(RuntimeWarning, match=message):
+            y = linear(layer, x)
+        assert torch.equal(y, nn.functional.linear(x, layer.weight, layer.bias)) and calls == [1]
+        assert kernels._ONEDNN_LINEAR is False
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("error")  # no second warning
+            assert torch.equal(linear(layer, x), layer(x))
+        assert calls == [1]  # the op is left alone from then on
+
+    monkeypatch.setattr(torch.ops, "mkldnn", SimpleNamespace())  # a torch without the op at all
+    assert kernels._onednn_linear_available() is False
+    monkeypatch.setattr(kernels, "_ONEDNN_LINEAR", True)
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="raised AttributeError"):
+        assert torch.equal(linear(layer, x), layer(x))
+
+    model, inputs = make_tiny_lm(), make_tiny_lm_inputs()
+    monkeypatch.setattr(kernels, "_ONEDNN_LINEAR", False)
+    forced, _, _ = model_outputs(model, inputs)
+    monkeypatch.setattr(kernels, "_ONEDNN_LINEAR", True)
+    monkeypatch.setattr(torch.ops, "mkldnn", SimpleNamespace(_linear_pointwise=raising))
+    with pytest.warns(RuntimeWarning, match="raised RuntimeError"):
+        logits, _, _ = model_outputs(model, inputs)
+    assert torch.equal(logits, forced)
 
 
 def trained_reverse_model(steps: int = 300) -> tuple[ScratchTransformerForConditionalGeneration, torch.Tensor]:

@@ -2,7 +2,14 @@
 
 import pytest
 
-from scratch_transformer.paths import local_parent, looks_like_local_path, missing_path_message, model_folder_problem
+from scratch_transformer.paths import (
+    local_parent,
+    looks_like_local_path,
+    missing_model_message,
+    missing_path_message,
+    model_folder_problem,
+    train_first_hint,
+)
 
 
 @pytest.mark.parametrize("name", ["/abs/model", "./model", "../shared/data", "~/model", "a/b/c", "a\\b", "bad name!"])
@@ -17,6 +24,19 @@ def test_owner_name_is_a_hub_id_unless_the_owner_folder_exists_here(tmp_path, mo
     assert looks_like_local_path("outputs/multi30k_de_en") and local_parent("outputs/multi30k_de_en") == "outputs"
     message = missing_path_message("--model", "outputs/multi30k_de_en")
     assert message.startswith("--model outputs/multi30k_de_en: no such folder") and "outputs/ exists here" in message
+
+
+def test_a_name_in_outputs_is_local_before_outputs_exists(tmp_path, monkeypatch):
+    """Issue 54: the main job's folder, named before it was trained, once went to the Hub (no outputs/ here)."""
+    monkeypatch.chdir(tmp_path)
+    assert looks_like_local_path("outputs/multi30k_de_en") and not (tmp_path / "outputs").exists()
+    assert not looks_like_local_path("outputs") and not looks_like_local_path("output/model")  # Hub ids still
+    assert missing_model_message("outputs/multi30k_de_en") == (
+        "no such folder (train it first: python scripts/train_translation.py configs/multi30k_de_en.json; "
+        "or give a Hub id)")
+    assert train_first_hint("./outputs/multi30k_en_de") == "python scripts/train_translation.py configs/multi30k_en_de.json"
+    assert train_first_hint("docs/walkthrough_pictures/model") == "python docs/walkthrough.py"
+    assert train_first_hint("~/m") == "python scripts/train_translation.py configs/multi30k_de_en.json --output_dir ~/m"
 
 
 def test_model_folder_problem_names_what_is_missing_and_a_checkpoint(tmp_path):

@@ -83,7 +83,18 @@ def test_script_commands_parse(command):
     arguments = getattr(load_script(name), ARGUMENTS[name])
     parsed = HfArgumentParser(arguments).parse_args_into_dataclasses(args=words[2:], return_remaining_strings=True)
     assert not [word for word in parsed[-1] if word.startswith("--")], command
-    assert parsed[0].model.startswith("outputs/") or parsed[0].model == "you/scratch-de-en"
+    assert parsed[0].model.startswith("outputs/") or parsed[0].model in ("you/scratch-de-en", WALKTHROUGH_MODEL)
+
+
+WALKTHROUGH_MODEL = "docs/walkthrough_pictures/model"  # where docs/walkthrough.py saves its translator
+
+
+def test_the_walkthrough_saves_its_translator_where_readme_says():
+    """README's demo command names the walk-through's model folder: the walk-through's own default (its pictures'
+    folder, docs/walkthrough_pictures, then model/; tests/test_walkthrough.py loads what it saves there)."""
+    source = (REPO_ROOT / "docs" / "walkthrough.py").read_text(encoding="utf-8")
+    assert 'REPO / "docs" / "walkthrough_pictures"' in source and 'MODEL_DIR = OUT / "model"' in source
+    assert f"python scripts/demo.py --model {WALKTHROUGH_MODEL}" in commands()
 
 
 def test_the_walkthrough_and_the_demo_extra_exist():

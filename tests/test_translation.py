@@ -54,6 +54,8 @@ def test_end_to_end_run_writes_every_output(multi30k_run):
     tokenizer_json = json.loads((output_dir / "tokenizer.json").read_text())
     assert config["vocab_size"] == len(tokenizer_json["model"]["vocab"])
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
+    # a class transformers 4.x knows too (5 writes TokenizersBackend): tests/test_remote_code.py
+    assert json.loads((output_dir / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
     generation = json.loads((output_dir / "generation_config.json").read_text())
     assert generation["num_beams"] == 2 and generation["max_length"] == 40
     assert generation["no_repeat_ngram_size"] == 2

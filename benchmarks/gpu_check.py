@@ -149,7 +149,7 @@ def environment(device) -> dict:
 
 
 def outside_ranges() -> list[str]:
-    """The installed dependencies that lie outside pyproject.toml's ranges ("transformers 5.17.0 not in <6,>=5.24")."""
+    """The installed dependencies that lie outside pyproject.toml's ranges ("transformers 5.16.0 not in <6,>=5.17")."""
     try:
         import tomllib
     except ImportError:  # Python 3.10
@@ -600,7 +600,7 @@ def _run(args, argv, device) -> dict:
     rows, figures = [], {"environment": environment(device)}
     outside = outside_ranges()
     rows.append(("environment", "versions within pyproject's ranges", None if outside else True,
-                 "; ".join(outside) + " (docs/compatibility.md: the wheels to carry)" if outside else "all"))
+                 "; ".join(outside) + " (docs/compatibility.md)" if outside else "all"))
     for name in args.parts:
         start = time.perf_counter()
         try:

@@ -1,4 +1,4 @@
-"""The results tables of README.md and docs/results.md, made from benchmarks/results/<benchmark>.json.
+"""The results tables of README.md, docs/results.md and docs/compatibility.md, made from benchmarks/results/<benchmark>.json.
 
 Run from the repository root:
     python -m benchmarks.tables           # rewrite every table between its markers in the docs
@@ -20,7 +20,7 @@ from pathlib import Path
 from benchmarks import record
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "docs/results.md")
+DOCS = ("README.md", "docs/results.md", "docs/compatibility.md")
 TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco")
 # The results at a glance: one block per CPU model with runs of the current config, with native bf16 first (the
 # precision the main job chose there tells which kind a CPU is); a side with no run there says so.
@@ -224,6 +224,23 @@ def compiled_decoding(result: dict) -> list[str]:
     return lines
 
 
+def gpu(result: dict) -> list[str]:
+    """The GPU check, one row per check (benchmarks/gpu_check.py); rehearsals at tiny sizes are not kept here."""
+    lines = ["| device | date, commit | torch, transformers | part | check | result | figures |",
+             "|---|---|---|---|---|---|---|"]
+    runs = [run for run in result["runs"] if run.get("size") == "full"]
+    if not runs:
+        return lines + ["| no GPU run yet | | | | | | |"]
+    for run in runs:
+        env = run["environment"]
+        head = f"| {env['device_name']} | {run['date']}, {run['commit']} | {env['torch']}, {env['transformers']} |"
+        for row in run["rows"]:
+            result_ = "ok" if row["ok"] else ("-" if row["ok"] is None else "FAIL")
+            lines.append(f"{head} {row['part']} | {row['check']} | {result_} | {row['figures']} |")
+            head = "| | | |"
+    return lines
+
+
 TABLES = {
     "quality-at-a-glance": ("quality", quality_at_a_glance),
     "quality-runs": ("quality", quality_runs),
@@ -236,6 +253,7 @@ TABLES = {
     "activation-memory": ("activation_memory", activation_memory),
     "exported-decoding": ("exported_decoding", exported_decoding),
     "compiled-decoding": ("compiled_decoding", compiled_decoding),
+    "gpu": ("gpu", gpu),
 }
 
 

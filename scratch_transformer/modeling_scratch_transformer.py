@@ -108,15 +108,20 @@ else:
         return cache.update(key, value, layer_idx)
 
 
-if "cache" not in inspect.signature(create_causal_mask).parameters:  # 4.x: input_embeds, cache_position, past_kv
-    _create_causal_mask_v4 = create_causal_mask
+_CAUSAL_MASK_PARAMETERS = inspect.signature(create_causal_mask).parameters
+if "cache" not in _CAUSAL_MASK_PARAMETERS:  # before 5.24: past_key_values=; 4.x: input_embeds=, cache_position=
+    _create_causal_mask_past_key_values = create_causal_mask
+    _EMBEDS_NAME = "inputs_embeds" if "inputs_embeds" in _CAUSAL_MASK_PARAMETERS else "input_embeds"
 
     def create_causal_mask(config, inputs_embeds, attention_mask, cache=None):
-        """4.x's create_causal_mask called with 5's arguments: the new tokens' positions follow the cache's."""
-        past = cache.get_seq_length() if cache is not None else 0
-        cache_position = torch.arange(inputs_embeds.size(1), device=inputs_embeds.device) + past
-        return _create_causal_mask_v4(config=config, input_embeds=inputs_embeds, attention_mask=attention_mask,
-                                      cache_position=cache_position, past_key_values=cache)
+        """The installed create_causal_mask called with 5.24's arguments; where it asks for cache_position, the new
+        tokens' positions follow the cache's."""
+        kwargs = {_EMBEDS_NAME: inputs_embeds}
+        if "cache_position" in _CAUSAL_MASK_PARAMETERS:
+            past = cache.get_seq_length() if cache is not None else 0
+            kwargs["cache_position"] = torch.arange(inputs_embeds.size(1), device=inputs_embeds.device) + past
+        return _create_causal_mask_past_key_values(config=config, attention_mask=attention_mask,
+                                                   past_key_values=cache, **kwargs)
 
 
 try:

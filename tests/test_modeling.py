@@ -16,6 +16,7 @@ from scratch_transformer import (
     ScratchTransformerModel,
 )
 from scratch_transformer.modeling_scratch_transformer import (
+    CACHE_FIELD,
     ScratchTransformerDecoderLayer,
     ScratchTransformerEncoderLayer,
     eager_attention_forward,
@@ -229,7 +230,7 @@ def test_cached_incremental_decoding_equals_full_forward():
             encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=labels[:, t : t + 1],
             cache=cache, use_cache=True,
         )
-        cache = out.cache
+        cache = getattr(out, CACHE_FIELD)  # `cache` from transformers 5.24, `past_key_values` before
         steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert cache.get_seq_length() == labels.size(1)

@@ -167,8 +167,9 @@ def one_line_errors(parser):
 
 def split_lines(text: str) -> list[str]:
     """The lines of `text`: one line is what ends in "\\n" (or "\\r\\n"), the last one may lack it; nothing else
-    ends a line. The rule of every reader of one-sentence-per-line files (translate.py, the export's --check_file,
-    the training data's folder of {split}.{lang} files): `str.splitlines()` also breaks at U+2028/U+2029, \\x0b,
+    ends a line. The rule of every reader of one-sentence-per-line files: translate.py and the export's --check_file
+    call this; the training data's folder of {split}.{lang} files streams them by the same rule
+    (data._decoded_lines, line by line for large .gz files). `str.splitlines()` also breaks at U+2028/U+2029, \\x0b,
     \\x0c, \\x1c-\\x1e, \\x85 and a lone \\r, which misaligns a file with its translation. A trailing newline adds
     no empty line; "" gives []."""
     lines = text.split("\n")
